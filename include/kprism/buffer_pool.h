@@ -1,0 +1,38 @@
+// Fixed-size I/O buffers handed out to reads and taken back once written; idle connections hold none.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kprism {
+
+// Single-threaded free list of equal-sized chunks. Keeps at most `max_free` spare chunks so a burst
+// does not pin memory forever. get() returns nullptr only if the allocator fails.
+class BufferPool {
+public:
+    static constexpr size_t kChunkSize = 16 * 1024;
+
+    explicit BufferPool(size_t max_free = 256) : max_free_(max_free) {}
+    ~BufferPool();
+    BufferPool(const BufferPool&) = delete;
+    BufferPool& operator=(const BufferPool&) = delete;
+
+    char* get();
+    void put(char* chunk);
+
+    size_t in_use() const { return in_use_; }      // handed out, not yet returned
+    size_t free_count() const { return free_; }    // cached spares
+    uint64_t allocations() const { return allocs_; }  // chunks obtained from the allocator, ever
+
+private:
+    struct Node {
+        Node* next;
+    };
+    Node* head_ = nullptr;
+    size_t max_free_;
+    size_t free_ = 0;
+    size_t in_use_ = 0;
+    uint64_t allocs_ = 0;
+};
+
+}  // namespace kprism

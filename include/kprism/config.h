@@ -1,0 +1,101 @@
+// Configuration: one declarative schema, read from TOML and flags, validated whole, immutable after.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kprism/address.h"
+#include "kprism/duration.h"
+
+namespace kprism {
+
+// Raw settings as written by the user, one member per schema option (see kOptions in config.cc).
+struct Settings {
+    std::vector<std::string> endpoints;
+    std::vector<std::string> bind_address{"127.0.0.1"};
+    int64_t bind_port = 7445;
+    bool allow_non_loopback = false;
+    std::string health_bind_address = "127.0.0.1";
+    int64_t health_port = 7446;
+    Duration health_interval{5000};
+    Duration health_timeout{3000};
+    std::string policy = "random";
+    Duration connect_timeout{2000};
+    Duration drain_timeout{30000};
+    int64_t max_connections = 10000;
+    Duration resolve_interval{30000};
+    bool tcp_nodelay = true;
+    Duration tcp_keepalive{30000};  // idle time before probes; 0 disables keepalive
+    Duration tcp_keepalive_interval{10000};
+    int64_t tcp_keepalive_count = 3;
+    Duration tcp_user_timeout{30000};  // 0 leaves the kernel default
+    std::string log_level = "info";
+    std::string log_format = "logfmt";
+};
+
+using SettingField = std::variant<std::string Settings::*, bool Settings::*, int64_t Settings::*, Duration Settings::*,
+                                  std::vector<std::string> Settings::*>;
+
+// One configurable setting: its TOML key, its flag, its type (via the member), bounds and docs.
+struct OptionDef {
+    const char* key;   // dotted TOML path, e.g. "health.interval"
+    const char* flag;  // long flag without dashes, e.g. "health-interval"
+    SettingField field;
+    const char* help;
+    int64_t min = 0;  // for integers (value) and durations (milliseconds)
+    int64_t max = INT64_MAX;
+    std::vector<const char*> choices{};  // for strings with a fixed set of values
+};
+
+const std::vector<OptionDef>& options();
+
+struct Endpoint {
+    HostPort addr;
+    std::string origin;  // where it was configured, for error messages
+};
+
+// Validated configuration. Built only by load_config(); never modified afterwards.
+struct Config {
+    Settings s;
+    std::vector<Endpoint> endpoints;
+    std::vector<sockaddr_storage> listen;     // bind_address x bind_port
+    sockaddr_storage admin{};                 // health_bind_address:health_port
+    std::string config_file;                  // empty when none
+    std::map<std::string, std::string> origin;  // option key -> "file:line", "flag", or absent (default)
+};
+
+enum class Command { run, check, version, help };
+
+struct CommandLine {
+    Command command = Command::run;
+    std::string config_file;
+    // flag name -> value, in the order given; applied over the file
+    std::vector<std::pair<const OptionDef*, std::string>> flags;
+};
+
+// Parses argv. Returns false with one message per error in `errors`.
+bool parse_command_line(int argc, const char* const* argv, CommandLine& out, std::vector<std::string>& errors);
+
+// Loads the TOML file (if any), applies flags over it and validates the whole. Each error is one
+// line naming the file and line (or the flag), the key and the bad value.
+bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& errors);
+
+// Parses TOML text (exposed for tests; `name` stands in for the file name in messages).
+bool load_config_text(std::string_view toml_text, std::string_view name, const CommandLine& cl, Config& out,
+                      std::vector<std::string>& errors);
+
+// The effective configuration as TOML, each value commented with where it came from.
+std::string render_config(const Config& c);
+
+std::string usage_text();
+
+// Edit distance, for "did you mean" hints.
+size_t edit_distance(std::string_view a, std::string_view b);
+
+}  // namespace kprism

@@ -1,0 +1,87 @@
+// One client connection spliced to one upstream: connect (with retries), then bytes both ways.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+
+#include "kprism/policy.h"
+
+namespace kprism {
+
+class Server;
+struct Upstream;
+
+// Owns its three handles (client, upstream, timer). Created by Connection::accept, it deletes
+// itself in the close callback of its last open handle; nothing else frees it.
+class Connection {
+public:
+    // Accepts a pending connection from `listener` and starts connecting it upstream.
+    static void accept(Server& srv, uv_stream_t* listener);
+
+    // Starts closing (idempotent). `reset` sends RST to the client instead of FIN.
+    void close(const char* reason, bool reset_client = false, bool reset_upstream = false);
+
+    bool closing() const { return closing_; }
+    bool splicing() const { return state_ == State::splicing; }
+    Upstream* upstream() const { return up_; }
+
+    // Intrusive list of live connections, owned by the Server.
+    Connection* prev = nullptr;
+    Connection* next = nullptr;
+
+private:
+    enum class State { connecting, splicing };
+
+    // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
+    struct Side {
+        uv_tcp_t tcp{};
+        bool open = false;      // uv_tcp_init done and uv_close not yet called
+        char* buf = nullptr;    // pooled chunk; null while idle
+        size_t len = 0;         // bytes in buf not yet written to the peer
+        bool eof = false;       // peer sent FIN (we read EOF)
+        bool write_pending = false;
+        bool shut = false;      // we sent FIN to this side
+        uv_write_t wreq{};      // write of the *other* side's bytes into this side
+        uv_shutdown_t sreq{};
+    };
+
+    explicit Connection(Server& srv);
+    ~Connection();
+
+    void start_attempt();
+    void attempt_failed(const char* reason, bool upstream_fault);
+    void start_splicing();
+    void forward(Side& from, Side& to);
+    void release(Side& s);
+    void on_read(Side& from, Side& to, ssize_t nread);
+    void maybe_finish();
+    Side& side_of(uv_handle_t* h) { return reinterpret_cast<uv_tcp_t*>(h) == &client_.tcp ? client_ : upstream_; }
+    Side& other(Side& s) { return &s == &client_ ? upstream_ : client_; }
+    void handle_closed();
+
+    static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
+    static void on_read_cb(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+    static void on_write(uv_write_t* req, int status);
+    static void on_shutdown(uv_shutdown_t* req, int status);
+    static void on_connect(uv_connect_t* req, int status);
+    static void on_timer(uv_timer_t* t);
+    static void on_closed(uv_handle_t* h);
+    static void on_upstream_closed_for_retry(uv_handle_t* h);
+
+    Server& srv_;
+    Side client_;
+    Side upstream_;
+    uv_timer_t timer_{};
+    uv_connect_t creq_{};
+    State state_ = State::connecting;
+    Upstream* up_ = nullptr;
+    TriedSet tried_ = 0;
+    uint32_t attempts_ = 0;
+    int open_handles_ = 0;
+    bool closing_ = false;
+    bool timer_open_ = false;
+    uint64_t started_ms_ = 0;
+};
+
+}  // namespace kprism

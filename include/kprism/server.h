@@ -1,0 +1,90 @@
+// The daemon: owns the loop's long-lived handles, the upstreams and every live Connection.
+#pragma once
+
+#include <uv.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kprism/buffer_pool.h"
+#include "kprism/config.h"
+#include "kprism/listener.h"
+#include "kprism/policy.h"
+#include "kprism/upstream.h"
+
+namespace kprism {
+
+class Connection;
+
+struct Stats {
+    uint64_t accepted = 0;
+    uint64_t rejected = 0;        // over max_connections
+    uint64_t accept_errors = 0;   // EMFILE and friends
+    uint64_t client_failures = 0; // every upstream failed a client
+    uint64_t connect_failures = 0;
+};
+
+// Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
+// timers are members closed by stop(); Connections free themselves (see connection.h).
+class Server {
+public:
+    Server(uv_loop_t* loop, Config cfg);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    // Binds every listener and starts resolving hostnames. On failure returns false with a
+    // message; nothing is left listening.
+    bool start(std::string& error);
+
+    uv_loop_t* loop() const { return loop_; }
+    const Config& config() const { return cfg_; }
+    BufferPool& pool() { return pool_; }
+    UpstreamPool& upstreams() { return ups_; }
+    Policy& policy() { return *policy_; }
+    const Stats& stats() const { return stats_; }
+    size_t active_connections() const { return active_; }
+
+    // Called by Connection.
+    void connection_opened(Connection* c);
+    void connection_closed(Connection* c);
+    bool over_connection_limit() const { return active_ > static_cast<size_t>(cfg_.s.max_connections); }
+    void note_rejected();
+    void note_accept_error(int status);
+    void note_client_failed() { ++stats_.client_failures; }
+    void note_connect_failed() { ++stats_.connect_failures; }
+
+    // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
+    void begin_shutdown(const char* why);
+    void log_stats();
+
+private:
+    void close_all(const char* reason);
+    void finish();
+    void resolve(Upstream& u);
+    static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
+    static void on_signal(uv_signal_t* s, int signum);
+    static void on_drain_timeout(uv_timer_t* t);
+    static void on_resolve_timer(uv_timer_t* t);
+
+    uv_loop_t* loop_;
+    Config cfg_;
+    BufferPool pool_;
+    UpstreamPool ups_;
+    std::unique_ptr<Policy> policy_;
+    Stats stats_;
+    std::vector<std::unique_ptr<Listener>> listeners_;
+    Connection* conns_ = nullptr;  // head of the intrusive list
+    size_t active_ = 0;
+    uv_signal_t sig_term_{}, sig_int_{}, sig_usr1_{}, sig_hup_{};
+    uv_timer_t drain_timer_{}, resolve_timer_{};
+    bool draining_ = false;
+    bool finished_ = false;
+    uint64_t last_accept_error_log_ = 0;
+    uint64_t suppressed_accept_errors_ = 0;
+    uint64_t last_reject_log_ = 0;
+    uint64_t suppressed_rejects_ = 0;
+};
+
+}  // namespace kprism

@@ -1,0 +1,532 @@
+// Configuration schema, TOML and flag parsing, whole-config validation and rendering.
+#include "kprism/config.h"
+
+#include <fmt/format.h>
+
+#define TOML_HEADER_ONLY 1
+#define TOML_ENABLE_FORMATTERS 0
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "kprism/log.h"
+#include "kprism/version.h"
+
+namespace kprism {
+
+using S = Settings;
+constexpr int64_t kSec = 1000;
+
+const std::vector<OptionDef>& options() {
+    static const std::vector<OptionDef> defs = {
+        {"endpoints", "endpoints", &S::endpoints, "kube-apiserver endpoints, host:port (IPv6 as [addr]:port)"},
+        {"bind_address", "bind-address", &S::bind_address, "addresses to listen on (loopback unless allow_non_loopback)"},
+        {"bind_port", "bind-port", &S::bind_port, "port to listen on", 1, 65535},
+        {"allow_non_loopback", "allow-non-loopback", &S::allow_non_loopback,
+         "permit listening on non-loopback addresses (exposes the API port)"},
+        {"policy", "policy", &S::policy, "upstream selection policy", 0, 0, {"random", "least-connections"}},
+        {"connect_timeout", "connect-timeout", &S::connect_timeout, "upstream TCP connect timeout", 1, 60 * kSec},
+        {"drain_timeout", "drain-timeout", &S::drain_timeout,
+         "on SIGTERM, how long established connections may finish", 0, 3600 * kSec},
+        {"max_connections", "max-connections", &S::max_connections, "client connections held at once", 1, 1000000},
+        {"resolve_interval", "resolve-interval", &S::resolve_interval, "how often hostname endpoints are re-resolved",
+         1 * kSec, 3600 * kSec},
+        {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port"},
+        {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535},
+        {"health.interval", "health-interval", &S::health_interval, "time between upstream health checks", 100,
+         3600 * kSec},
+        {"health.timeout", "health-timeout", &S::health_timeout, "time limit of one health check", 10, 3600 * kSec},
+        {"tcp.nodelay", "tcp-nodelay", &S::tcp_nodelay, "set TCP_NODELAY on both sides"},
+        {"tcp.keepalive", "tcp-keepalive", &S::tcp_keepalive, "idle time before TCP keepalive probes (0: off)", 0,
+         7200 * kSec},
+        {"tcp.keepalive_interval", "tcp-keepalive-interval", &S::tcp_keepalive_interval,
+         "time between TCP keepalive probes", 1 * kSec, 3600 * kSec},
+        {"tcp.keepalive_count", "tcp-keepalive-count", &S::tcp_keepalive_count,
+         "unanswered keepalive probes before the connection drops", 1, 127},
+        {"tcp.user_timeout", "tcp-user-timeout", &S::tcp_user_timeout,
+         "TCP_USER_TIMEOUT: unacknowledged data drops the connection after this (0: kernel default)", 0,
+         3600 * kSec},
+        {"log.level", "log-level", &S::log_level, "log level", 0, 0, {"debug", "info", "warn", "error"}},
+        {"log.format", "log-format", &S::log_format, "log format", 0, 0, {"logfmt", "json"}},
+    };
+    return defs;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        cur[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        std::swap(prev, cur);
+    }
+    return prev[b.size()];
+}
+
+namespace {
+
+template <class Name>
+std::string did_you_mean(std::string_view given, Name name) {
+    std::string best;
+    size_t best_d = SIZE_MAX;
+    for (const auto& o : options()) {
+        std::string cand = name(o);
+        size_t d = edit_distance(given, cand);
+        // Also match a misspelled last component against a key's last component ("health.intervl").
+        if (d < best_d) {
+            best_d = d;
+            best = cand;
+        }
+    }
+    if (best_d <= std::max<size_t>(2, given.size() / 3)) return fmt::format(" (did you mean '{}'?)", best);
+    return "";
+}
+
+const OptionDef* find_key(std::string_view key) {
+    for (const auto& o : options())
+        if (key == o.key) return &o;
+    return nullptr;
+}
+
+const OptionDef* find_flag(std::string_view flag) {
+    for (const auto& o : options())
+        if (flag == o.flag) return &o;
+    return nullptr;
+}
+
+bool is_section(std::string_view prefix) {
+    for (const auto& o : options()) {
+        std::string_view k = o.key;
+        if (k.size() > prefix.size() && k.substr(0, prefix.size()) == prefix && k[prefix.size()] == '.') return true;
+    }
+    return false;
+}
+
+std::string trim(std::string_view s) {
+    size_t b = 0, e = s.size();
+    while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
+    while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
+    return std::string(s.substr(b, e - b));
+}
+
+std::vector<std::string> split_list(std::string_view s) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (start <= s.size()) {
+        size_t comma = s.find(',', start);
+        if (comma == std::string_view::npos) comma = s.size();
+        std::string item = trim(s.substr(start, comma - start));
+        if (!item.empty()) out.push_back(item);
+        start = comma + 1;
+    }
+    return out;
+}
+
+std::string quote(std::string_view v) {
+    std::string out = "\"";
+    for (char c : v) {
+        if (c == '"' || c == '\\') out += '\\';
+        if (static_cast<unsigned char>(c) < 0x20) {
+            out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+            continue;
+        }
+        out += c;
+    }
+    return out + "\"";
+}
+
+bool bool_from_text(std::string_view v, bool& out) {
+    if (v == "true" || v == "1" || v == "yes" || v == "on") out = true;
+    else if (v == "false" || v == "0" || v == "no" || v == "off") out = false;
+    else return false;
+    return true;
+}
+
+// Applies a textual value (from a flag, or a TOML string) to a setting. `where` prefixes errors.
+bool apply_text(Settings& s, const OptionDef& o, std::string_view v, std::string& err) {
+    return std::visit(
+        [&](auto member) -> bool {
+            using T = std::remove_reference_t<decltype(s.*member)>;
+            if constexpr (std::is_same_v<T, std::string>) {
+                if (!o.choices.empty() &&
+                    std::none_of(o.choices.begin(), o.choices.end(), [&](const char* c) { return v == c; })) {
+                    std::string list;
+                    for (const char* c : o.choices) list += (list.empty() ? "" : ", ") + std::string(c);
+                    err = fmt::format("invalid value {} (want one of: {})", quote(v), list);
+                    return false;
+                }
+                s.*member = std::string(v);
+            } else if constexpr (std::is_same_v<T, bool>) {
+                if (!bool_from_text(v, s.*member)) {
+                    err = fmt::format("invalid value {} (want true or false)", quote(v));
+                    return false;
+                }
+            } else if constexpr (std::is_same_v<T, int64_t>) {
+                int64_t n = 0;
+                bool ok = !v.empty() && v.size() <= 18;
+                for (char c : v) ok = ok && c >= '0' && c <= '9';
+                if (ok) n = std::stoll(std::string(v));
+                if (!ok) {
+                    err = fmt::format("invalid value {} (want a whole number)", quote(v));
+                    return false;
+                }
+                if (n < o.min || n > o.max) {
+                    err = fmt::format("{} out of range {}-{}", n, o.min, o.max);
+                    return false;
+                }
+                s.*member = n;
+            } else if constexpr (std::is_same_v<T, Duration>) {
+                std::string derr;
+                auto d = parse_duration(v, &derr);
+                if (!d) {
+                    err = derr;
+                    return false;
+                }
+                if (d->count() < o.min || d->count() > o.max) {
+                    err = fmt::format("{} out of range {}-{}", quote(v), format_duration(Duration{o.min}),
+                                      format_duration(Duration{o.max}));
+                    return false;
+                }
+                s.*member = *d;
+            } else {
+                s.*member = split_list(v);
+            }
+            return true;
+        },
+        o.field);
+}
+
+const char* type_name(const OptionDef& o) {
+    return std::visit(
+        [](auto member) -> const char* {
+            using T = std::remove_reference_t<decltype(std::declval<Settings&>().*member)>;
+            if constexpr (std::is_same_v<T, std::string>) return "a string";
+            else if constexpr (std::is_same_v<T, bool>) return "true or false";
+            else if constexpr (std::is_same_v<T, int64_t>) return "an integer";
+            else if constexpr (std::is_same_v<T, Duration>) return "a duration string such as \"5s\"";
+            else return "an array of strings";
+        },
+        o.field);
+}
+
+// Applies one TOML value, checking its TOML type against the option's.
+bool apply_node(Settings& s, const OptionDef& o, const toml::node& n, std::string& err) {
+    return std::visit(
+        [&](auto member) -> bool {
+            using T = std::remove_reference_t<decltype(s.*member)>;
+            if constexpr (std::is_same_v<T, bool>) {
+                if (!n.is_boolean()) return err = fmt::format("want {}", type_name(o)), false;
+                s.*member = n.as_boolean()->get();
+                return true;
+            } else if constexpr (std::is_same_v<T, int64_t>) {
+                if (!n.is_integer()) return err = fmt::format("want {}", type_name(o)), false;
+                int64_t v = n.as_integer()->get();
+                if (v < o.min || v > o.max) return err = fmt::format("{} out of range {}-{}", v, o.min, o.max), false;
+                s.*member = v;
+                return true;
+            } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+                std::vector<std::string> items;
+                if (n.is_string()) {
+                    items = split_list(n.as_string()->get());
+                } else if (n.is_array()) {
+                    for (const auto& el : *n.as_array()) {
+                        if (!el.is_string()) return err = fmt::format("want {}", type_name(o)), false;
+                        items.push_back(trim(el.as_string()->get()));
+                    }
+                } else {
+                    return err = fmt::format("want {}", type_name(o)), false;
+                }
+                s.*member = std::move(items);
+                return true;
+            } else {
+                if (!n.is_string()) return err = fmt::format("want {}", type_name(o)), false;
+                return apply_text(s, o, n.as_string()->get(), err);
+            }
+        },
+        o.field);
+}
+
+std::string loc(std::string_view file, const toml::source_region& r) {
+    return fmt::format("{}:{}", file, r.begin.line);
+}
+
+void walk_table(const toml::table& t, const std::string& prefix, std::string_view file, Settings& s,
+                std::map<std::string, std::string>& origin, std::vector<std::string>& errors) {
+    for (auto&& [k, v] : t) {
+        std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+        std::string where = loc(file, k.source().begin.line ? k.source() : v.source());
+        if (v.is_table()) {
+            if (!is_section(key)) {
+                errors.push_back(
+                    fmt::format("{}: unknown section [{}]{}", where, key, did_you_mean(key, [](auto& o) {
+                                    std::string k2 = o.key;
+                                    return k2.substr(0, k2.find('.'));
+                                })));
+                continue;
+            }
+            walk_table(*v.as_table(), key, file, s, origin, errors);
+            continue;
+        }
+        const OptionDef* o = find_key(key);
+        if (!o) {
+            errors.push_back(fmt::format("{}: unknown key '{}'{}", where, key,
+                                         did_you_mean(key, [](auto& od) { return std::string(od.key); })));
+            continue;
+        }
+        std::string err;
+        if (!apply_node(s, *o, v, err)) {
+            errors.push_back(fmt::format("{}: {}: {}", where, key, err));
+            continue;
+        }
+        origin[key] = where;
+    }
+}
+
+bool is_ip_literal(std::string_view host, sockaddr_storage& ss, uint16_t port) { return ip_to_sockaddr(host, port, ss); }
+
+void validate(Config& c, std::vector<std::string>& errors) {
+    const Settings& s = c.s;
+    auto where = [&](const char* key) {
+        auto it = c.origin.find(key);
+        return it == c.origin.end() ? std::string("default") : it->second;
+    };
+    auto fail = [&](const char* key, std::string msg) {
+        errors.push_back(fmt::format("{}: {}: {}", where(key), key, msg));
+    };
+
+    if (s.endpoints.empty())
+        errors.push_back("no endpoints configured: pass --endpoints host:port,... or set endpoints = [...] in the "
+                         "config file");
+    for (const auto& e : s.endpoints) {
+        Endpoint ep;
+        std::string err;
+        if (!parse_host_port(e, ep.addr, &err)) {
+            fail("endpoints", err);
+            continue;
+        }
+        ep.origin = where("endpoints");
+        for (auto& seen : c.endpoints) {
+            std::string a = seen.addr.host, b = ep.addr.host;
+            std::transform(a.begin(), a.end(), a.begin(), ::tolower);
+            std::transform(b.begin(), b.end(), b.begin(), ::tolower);
+            if (a == b && seen.addr.port == ep.addr.port) {
+                fail("endpoints", fmt::format("duplicate endpoint '{}'", e));
+                goto next;
+            }
+        }
+        c.endpoints.push_back(std::move(ep));
+    next:;
+    }
+
+    if (s.bind_address.empty()) fail("bind_address", "no listen address");
+    for (const auto& a : s.bind_address) {
+        sockaddr_storage ss;
+        if (!is_ip_literal(a, ss, static_cast<uint16_t>(s.bind_port))) {
+            fail("bind_address", fmt::format("'{}' is not an IP address", a));
+            continue;
+        }
+        if (!s.allow_non_loopback && !is_loopback(reinterpret_cast<sockaddr*>(&ss))) {
+            fail("bind_address", fmt::format("'{}' is not a loopback address; kprism must not expose the API port "
+                                             "(set allow_non_loopback = true to do it anyway)",
+                                             a));
+            continue;
+        }
+        for (auto& prev : c.listen)
+            if (sockaddr_str(reinterpret_cast<sockaddr*>(&prev)) == sockaddr_str(reinterpret_cast<sockaddr*>(&ss)))
+                fail("bind_address", fmt::format("duplicate address '{}'", a));
+        c.listen.push_back(ss);
+    }
+
+    if (!is_ip_literal(s.health_bind_address, c.admin, static_cast<uint16_t>(s.health_port))) {
+        fail("health.bind_address", fmt::format("'{}' is not an IP address", s.health_bind_address));
+    } else if (!s.allow_non_loopback && !is_loopback(reinterpret_cast<sockaddr*>(&c.admin))) {
+        fail("health.bind_address",
+             fmt::format("'{}' is not a loopback address (set allow_non_loopback = true to do it anyway)",
+                         s.health_bind_address));
+    }
+    if (s.health_port == s.bind_port)
+        fail("health.port", fmt::format("{} is also the listen port (bind_port)", s.health_port));
+    if (s.health_timeout >= s.health_interval)
+        fail("health.timeout", fmt::format("{} must be shorter than health.interval ({})",
+                                           format_duration(s.health_timeout), format_duration(s.health_interval)));
+}
+
+}  // namespace
+
+std::string usage_text() {
+    std::string out = fmt::format(
+        "Usage: kprism [run] [--config FILE] [flags]\n"
+        "       kprism check [--config FILE] [flags]   validate and print the effective configuration\n"
+        "       kprism --version | --help\n\n"
+        "kprism {}: node-local load balancer for the Kubernetes API; passes TCP through to the\n"
+        "kube-apiservers that report ready.\n\nFlags (each overrides the config file key in brackets):\n"
+        "  --config FILE                 TOML configuration file\n",
+        kVersion);
+    for (const auto& o : options()) {
+        std::string lhs = fmt::format("  --{} {}", o.flag,
+                                      std::holds_alternative<bool Settings::*>(o.field) ? "[=BOOL]" : "VALUE");
+        out += fmt::format("{:<30}{} [{}]\n", lhs, o.help, o.key);
+    }
+    out += "  --version                     print the version and exit\n"
+           "  --help                        print this help and exit\n\n"
+           "See kprism(8) and kprism.toml(5).\n";
+    return out;
+}
+
+bool parse_command_line(int argc, const char* const* argv, CommandLine& out, std::vector<std::string>& errors) {
+    bool saw_command = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string_view a = argv[i];
+        if (a == "--help" || a == "-h") {
+            out.command = Command::help;
+            continue;
+        }
+        if (a == "--version" || a == "-v") {
+            out.command = Command::version;
+            continue;
+        }
+        if (a.size() > 2 && a.substr(0, 2) == "--") {
+            std::string_view name = a.substr(2), value;
+            bool has_value = false;
+            if (size_t eq = name.find('='); eq != std::string_view::npos) {
+                value = name.substr(eq + 1);
+                name = name.substr(0, eq);
+                has_value = true;
+            }
+            if (name == "config") {
+                if (!has_value) {
+                    if (i + 1 >= argc) {
+                        errors.push_back("--config: missing value");
+                        continue;
+                    }
+                    value = argv[++i];
+                }
+                out.config_file = std::string(value);
+                continue;
+            }
+            const OptionDef* o = find_flag(name);
+            if (!o) {
+                errors.push_back(fmt::format("unknown flag --{}{}", name, did_you_mean(name, [](auto& od) {
+                                                 return std::string(od.flag);
+                                             })));
+                continue;
+            }
+            if (!has_value) {
+                if (std::holds_alternative<bool Settings::*>(o->field)) {
+                    value = "true";
+                } else if (i + 1 >= argc) {
+                    errors.push_back(fmt::format("--{}: missing value", name));
+                    continue;
+                } else {
+                    value = argv[++i];
+                }
+            }
+            out.flags.emplace_back(o, std::string(value));
+            continue;
+        }
+        if (!saw_command && (a == "run" || a == "check" || a == "version" || a == "help")) {
+            saw_command = true;
+            out.command = a == "run" ? Command::run
+                          : a == "check" ? Command::check
+                          : a == "version" ? Command::version
+                                           : Command::help;
+            continue;
+        }
+        errors.push_back(fmt::format("unexpected argument '{}' (commands: run, check; see --help)", a));
+    }
+    return errors.empty();
+}
+
+static bool finish(const CommandLine& cl, Config& c, std::vector<std::string>& errors) {
+    for (const auto& [o, value] : cl.flags) {
+        std::string err;
+        if (!apply_text(c.s, *o, value, err)) {
+            errors.push_back(fmt::format("--{}: {}", o->flag, err));
+            continue;
+        }
+        c.origin[o->key] = fmt::format("--{}", o->flag);
+    }
+    if (!errors.empty()) return false;
+    validate(c, errors);
+    return errors.empty();
+}
+
+bool load_config_text(std::string_view text, std::string_view name, const CommandLine& cl, Config& out,
+                      std::vector<std::string>& errors) {
+    Config c;
+    c.config_file = std::string(name);
+    try {
+        toml::table t = toml::parse(text, name);
+        walk_table(t, "", name, c.s, c.origin, errors);
+    } catch (const toml::parse_error& e) {
+        errors.push_back(fmt::format("{}:{}:{}: invalid TOML: {}", name, e.source().begin.line,
+                                     e.source().begin.column, e.description()));
+        return false;
+    }
+    if (!finish(cl, c, errors)) return false;
+    out = std::move(c);
+    return true;
+}
+
+bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& errors) {
+    if (cl.config_file.empty()) {
+        Config c;
+        if (!finish(cl, c, errors)) return false;
+        out = std::move(c);
+        return true;
+    }
+    std::ifstream f(cl.config_file, std::ios::binary);
+    if (!f) {
+        errors.push_back(fmt::format("{}: cannot read config file: {}", cl.config_file, std::strerror(errno)));
+        return false;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) {
+        errors.push_back(fmt::format("{}: cannot read config file: {}", cl.config_file, std::strerror(errno)));
+        return false;
+    }
+    return load_config_text(ss.str(), cl.config_file, cl, out, errors);
+}
+
+std::string render_config(const Config& c) {
+    std::string out = fmt::format("# kprism {} effective configuration{}\n", kVersion,
+                                  c.config_file.empty() ? "" : " (file " + c.config_file + ")");
+    std::string section;
+    for (const auto& o : options()) {
+        std::string key = o.key;
+        std::string sect, leaf = key;
+        if (size_t dot = key.find('.'); dot != std::string::npos) {
+            sect = key.substr(0, dot);
+            leaf = key.substr(dot + 1);
+        }
+        if (sect != section) {
+            out += fmt::format("\n[{}]\n", sect);
+            section = sect;
+        }
+        std::string value = std::visit(
+            [&](auto member) -> std::string {
+                const auto& v = c.s.*member;
+                using T = std::remove_cvref_t<decltype(v)>;
+                if constexpr (std::is_same_v<T, std::string>) return quote(v);
+                else if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+                else if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", v);
+                else if constexpr (std::is_same_v<T, Duration>) return quote(format_duration(v));
+                else {
+                    std::string list = "[";
+                    for (size_t i = 0; i < v.size(); ++i) list += (i ? ", " : "") + quote(v[i]);
+                    return list + "]";
+                }
+            },
+            o.field);
+        auto it = c.origin.find(key);
+        out += fmt::format("{} = {}  # {}\n", leaf, value, it == c.origin.end() ? "default" : it->second);
+    }
+    return out;
+}
+
+}  // namespace kprism

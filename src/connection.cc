@@ -1,0 +1,286 @@
+// The splice: accept, connect upstream with timeout and retries, then copy bytes both ways with
+// backpressure (one pooled chunk per direction at most, none while idle), half-close and RST.
+#include "kprism/connection.h"
+
+#include <fmt/format.h>
+
+#include "kprism/log.h"
+#include "kprism/server.h"
+#include "kprism/sockopt.h"
+
+namespace kprism {
+
+namespace {
+Connection* owner(uv_handle_t* h) { return static_cast<Connection*>(h->data); }
+uv_stream_t* stream(uv_tcp_t& t) { return reinterpret_cast<uv_stream_t*>(&t); }
+uv_handle_t* handle(uv_tcp_t& t) { return reinterpret_cast<uv_handle_t*>(&t); }
+
+// Errors that are ours (fd or memory exhaustion), not the upstream's: they must not mark it down.
+bool local_error(int status) {
+    return status == UV_EMFILE || status == UV_ENFILE || status == UV_ENOBUFS || status == UV_ENOMEM ||
+           status == UV_EADDRNOTAVAIL;
+}
+}  // namespace
+
+Connection::Connection(Server& srv) : srv_(srv) {}
+
+Connection::~Connection() {
+    release(client_);
+    release(upstream_);
+}
+
+void Connection::accept(Server& srv, uv_stream_t* listener) {
+    auto* c = new Connection(srv);
+    c->started_ms_ = uv_now(srv.loop());
+    uv_tcp_init(srv.loop(), &c->client_.tcp);
+    c->client_.tcp.data = c;
+    c->client_.open = true;
+    c->open_handles_++;
+    uv_timer_init(srv.loop(), &c->timer_);
+    c->timer_.data = c;
+    c->timer_open_ = true;
+    c->open_handles_++;
+    srv.connection_opened(c);
+    if (int r = uv_accept(listener, stream(c->client_.tcp)); r != 0) {
+        KPRISM_DEBUG("accept failed", {{"error", uv_strerror(r)}});
+        c->close("accept failed");
+        return;
+    }
+    if (srv.over_connection_limit()) {
+        srv.note_rejected();
+        c->close("max_connections reached", true);
+        return;
+    }
+    apply_tcp_options(&c->client_.tcp, srv.config().s);
+    c->start_attempt();
+}
+
+void Connection::start_attempt() {
+    uint64_t now = uv_now(srv_.loop());
+    up_ = pick_upstream(srv_.upstreams(), srv_.policy(), tried_, now);
+    if (!up_) {
+        srv_.note_client_failed();
+        log::warn("client connection failed", {{"reason", "every upstream failed"}, {"attempts", attempts_}});
+        close("no upstream reachable", true);
+        return;
+    }
+    ++attempts_;
+    tried_ |= TriedSet{1} << up_->index;
+    int r = uv_tcp_init_ex(srv_.loop(), &upstream_.tcp, up_->sa.ss_family);
+    if (r != 0) {
+        log::warn("cannot create upstream socket", {{"upstream", up_->name}, {"error", uv_strerror(r)}});
+        up_ = nullptr;
+        close("cannot create upstream socket", true);
+        return;
+    }
+    upstream_.tcp.data = this;
+    upstream_.open = true;
+    open_handles_++;
+    apply_tcp_options(&upstream_.tcp, srv_.config().s);
+    creq_.data = this;
+    r = uv_tcp_connect(&creq_, &upstream_.tcp, reinterpret_cast<const sockaddr*>(&up_->sa), on_connect);
+    if (r != 0) {
+        attempt_failed(uv_strerror(r), !local_error(r));
+        return;
+    }
+    uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.connect_timeout.count()), 0);
+}
+
+void Connection::on_connect(uv_connect_t* req, int status) {
+    auto* c = static_cast<Connection*>(req->data);
+    if (status == UV_ECANCELED) return;  // our own uv_close of the attempt; handled there
+    uv_timer_stop(&c->timer_);
+    if (c->closing_) return;
+    if (status != 0) {
+        c->attempt_failed(uv_strerror(status), !local_error(status));
+        return;
+    }
+    c->start_splicing();
+}
+
+void Connection::on_timer(uv_timer_t* t) {
+    auto* c = static_cast<Connection*>(t->data);
+    if (c->state_ == State::connecting && !c->closing_) c->attempt_failed("connect timeout", true);
+}
+
+// Gives up on the current upstream, records the failure, and retries elsewhere once the
+// attempt's handle is closed (libuv handles cannot be re-initialised before then).
+void Connection::attempt_failed(const char* reason, bool upstream_fault) {
+    uv_timer_stop(&timer_);
+    Upstream* u = up_;
+    if (upstream_fault) {
+        srv_.upstreams().connect_failed(*u, reason, uv_now(srv_.loop()));
+        srv_.note_connect_failed();
+    }
+    KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
+    up_ = nullptr;
+    upstream_.open = false;
+    if (!upstream_fault) {
+        uv_close(handle(upstream_.tcp), on_closed);
+        close(reason, true);
+        return;
+    }
+    uv_close(handle(upstream_.tcp), on_upstream_closed_for_retry);
+}
+
+void Connection::on_upstream_closed_for_retry(uv_handle_t* h) {
+    Connection* c = owner(h);
+    c->open_handles_--;
+    if (c->closing_) {
+        c->handle_closed();
+        return;
+    }
+    c->upstream_ = Side{};
+    c->start_attempt();
+}
+
+void Connection::start_splicing() {
+    state_ = State::splicing;
+    srv_.upstreams().connect_succeeded(*up_);
+    up_->active++;
+    up_->total++;
+    KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
+    uv_read_start(stream(client_.tcp), on_alloc, on_read_cb);
+    uv_read_start(stream(upstream_.tcp), on_alloc, on_read_cb);
+}
+
+void Connection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
+    Connection* c = owner(h);
+    Side& s = c->side_of(h);
+    if (!s.buf) s.buf = c->srv_.pool().get();
+    *buf = s.buf ? uv_buf_init(s.buf, BufferPool::kChunkSize) : uv_buf_init(nullptr, 0);
+}
+
+void Connection::release(Side& s) {
+    if (s.buf) {
+        srv_.pool().put(s.buf);
+        s.buf = nullptr;
+    }
+    s.len = 0;
+}
+
+void Connection::on_read_cb(uv_stream_t* st, ssize_t nread, const uv_buf_t*) {
+    Connection* c = owner(reinterpret_cast<uv_handle_t*>(st));
+    Side& from = c->side_of(reinterpret_cast<uv_handle_t*>(st));
+    c->on_read(from, c->other(from), nread);
+}
+
+void Connection::on_read(Side& from, Side& to, ssize_t nread) {
+    if (closing_) return;
+    if (nread > 0) {
+        from.len = static_cast<size_t>(nread);
+        if (&from == &client_) up_->bytes_to_upstream += from.len;
+        else up_->bytes_from_upstream += from.len;
+        forward(from, to);
+        return;
+    }
+    if (nread == 0) {  // EAGAIN: nothing read, give the chunk back
+        release(from);
+        return;
+    }
+    release(from);
+    if (nread == UV_EOF) {
+        from.eof = true;
+        uv_read_stop(stream(from.tcp));
+        // libuv runs the shutdown after any write still queued on `to`.
+        to.sreq.data = this;
+        if (uv_shutdown(&to.sreq, stream(to.tcp), on_shutdown) != 0) {
+            close("shutdown failed");
+            return;
+        }
+        maybe_finish();
+        return;
+    }
+    const bool client_side = &from == &client_;
+    const char* reason = nread == UV_ENOBUFS ? "out of buffers"
+                         : client_side       ? "client read error"
+                                             : "upstream read error";
+    // Propagate a reset to the other side so neither peer waits on a half-dead connection.
+    close(reason, !client_side, client_side);
+}
+
+// Writes what `from` read into `to`: straight away when the socket takes it, else queued with
+// reads from `from` paused until the write completes (backpressure).
+void Connection::forward(Side& from, Side& to) {
+    uv_buf_t b = uv_buf_init(from.buf, static_cast<unsigned>(from.len));
+    int n = uv_try_write(stream(to.tcp), &b, 1);
+    if (n == static_cast<int>(from.len)) {
+        release(from);
+        return;
+    }
+    if (n < 0 && n != UV_EAGAIN) {
+        close(&to == &client_ ? "client write error" : "upstream write error", &to != &client_, &to == &client_);
+        return;
+    }
+    size_t done = n > 0 ? static_cast<size_t>(n) : 0;
+    b = uv_buf_init(from.buf + done, static_cast<unsigned>(from.len - done));
+    uv_read_stop(stream(from.tcp));
+    to.wreq.data = this;
+    to.write_pending = true;
+    if (int r = uv_write(&to.wreq, stream(to.tcp), &b, 1, on_write); r != 0) {
+        to.write_pending = false;
+        close("write failed", true, true);
+    }
+}
+
+void Connection::on_write(uv_write_t* req, int status) {
+    auto* c = static_cast<Connection*>(req->data);
+    Side& to = req == &c->client_.wreq ? c->client_ : c->upstream_;
+    Side& from = c->other(to);
+    to.write_pending = false;
+    if (status == UV_ECANCELED || c->closing_) return;
+    if (status != 0) {
+        c->close(&to == &c->client_ ? "client write error" : "upstream write error", &to != &c->client_,
+                 &to == &c->client_);
+        return;
+    }
+    c->release(from);
+    if (!from.eof) uv_read_start(stream(from.tcp), on_alloc, on_read_cb);
+}
+
+void Connection::on_shutdown(uv_shutdown_t* req, int status) {
+    auto* c = static_cast<Connection*>(req->data);
+    Side& to = req == &c->client_.sreq ? c->client_ : c->upstream_;
+    if (status == UV_ECANCELED || c->closing_) return;
+    to.shut = true;
+    c->maybe_finish();
+}
+
+// Both peers sent FIN and both FINs were passed on: the connection ended normally.
+void Connection::maybe_finish() {
+    if (client_.eof && upstream_.eof && client_.shut && upstream_.shut) close("done");
+}
+
+void Connection::close(const char* reason, bool reset_client, bool reset_upstream) {
+    if (closing_) return;
+    closing_ = true;
+    if (state_ == State::splicing && up_) up_->active--;
+    KPRISM_DEBUG("connection closed", {{"reason", reason},
+                                     {"upstream", up_ ? up_->name : std::string("-")},
+                                     {"duration_ms", static_cast<uint64_t>(uv_now(srv_.loop()) - started_ms_)}});
+    if (timer_open_) {
+        timer_open_ = false;
+        uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);
+    }
+    auto close_side = [&](Side& s, bool reset) {
+        if (!s.open) return;
+        s.open = false;
+        if (!reset || uv_tcp_close_reset(&s.tcp, on_closed) != 0) uv_close(handle(s.tcp), on_closed);
+    };
+    close_side(client_, reset_client);
+    close_side(upstream_, reset_upstream);
+}
+
+void Connection::on_closed(uv_handle_t* h) {
+    Connection* c = owner(h);
+    c->open_handles_--;
+    c->handle_closed();
+}
+
+void Connection::handle_closed() {
+    if (open_handles_ > 0) return;
+    srv_.connection_closed(this);
+    delete this;
+}
+
+}  // namespace kprism

@@ -1,0 +1,80 @@
+// Entry point: command line, `check`, and running the daemon until it has drained.
+#include <fmt/format.h>
+#include <signal.h>
+#include <uv.h>
+
+#include <cstdio>
+
+#include "kprism/config.h"
+#include "kprism/log.h"
+#include "kprism/server.h"
+#include "kprism/version.h"
+
+using namespace kprism;
+
+namespace {
+
+constexpr int kExitConfig = 1;   // invalid command line or configuration
+constexpr int kExitStartup = 2;  // valid configuration, but the daemon could not start
+
+void print_errors(const std::vector<std::string>& errors) {
+    for (const auto& e : errors) fmt::print(stderr, "kprism: {}\n", e);
+}
+
+int run(const Config& cfg) {
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    int rc = 0;
+    {
+        Server server(&loop, cfg);
+        std::string err;
+        if (!server.start(err)) {
+            log::error("startup failed", {{"error", err}});
+            rc = kExitStartup;
+            server.begin_shutdown("startup failure");
+        }
+        uv_run(&loop, UV_RUN_DEFAULT);
+    }
+    if (int r = uv_loop_close(&loop); r != 0) log::error("event loop closed with open handles", {{"error", uv_strerror(r)}});
+    return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    CommandLine cl;
+    std::vector<std::string> errors;
+    if (!parse_command_line(argc, argv, cl, errors)) {
+        print_errors(errors);
+        fmt::print(stderr, "kprism: see 'kprism --help'\n");
+        return kExitConfig;
+    }
+    if (cl.command == Command::help) {
+        fmt::print("{}", usage_text());
+        return 0;
+    }
+    if (cl.command == Command::version) {
+        fmt::print("kprism {}\n", kVersion);
+        return 0;
+    }
+    Config cfg;
+    if (!load_config(cl, cfg, errors)) {
+        print_errors(errors);
+        return kExitConfig;
+    }
+    log::Level level;
+    log::Format format;
+    log::parse_level(cfg.s.log_level, level);
+    log::parse_format(cfg.s.log_format, format);
+    log::set_level(level);
+    log::set_format(format);
+    if (cl.command == Command::check) {
+        fmt::print("{}", render_config(cfg));
+        fmt::print(stderr, "kprism: configuration is valid{}\n",
+                   cfg.config_file.empty() ? "" : fmt::format(" ({})", cfg.config_file));
+        return 0;
+    }
+    log::info("kprism starting", {{"version", kVersion}, {"pid", static_cast<int64_t>(getpid())}});
+    return run(cfg);
+}

@@ -1,0 +1,242 @@
+// Daemon lifecycle: listeners, signals, hostname resolution, drain on shutdown, stats.
+#include "kprism/server.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kprism/connection.h"
+#include "kprism/log.h"
+#include "kprism/random.h"
+
+namespace kprism {
+
+namespace {
+uv_handle_t* h(void* p) { return static_cast<uv_handle_t*>(p); }
+}  // namespace
+
+Server::Server(uv_loop_t* loop, Config cfg) : loop_(loop), cfg_(std::move(cfg)), policy_(make_policy(cfg_.s.policy)) {
+    for (const auto& e : cfg_.endpoints) ups_.add(e.addr);
+}
+
+Server::~Server() = default;
+
+bool Server::start(std::string& error) {
+    for (const auto& addr : cfg_.listen) {
+        auto l = std::make_unique<Listener>();
+        int r = l->start(loop_, this, reinterpret_cast<const sockaddr*>(&addr));
+        if (r != 0) {
+            error = fmt::format("cannot listen on {}: {}", sockaddr_str(reinterpret_cast<const sockaddr*>(&addr)),
+                                uv_strerror(r));
+            l->close();
+            listeners_.push_back(std::move(l));
+            for (auto& x : listeners_) x->close();
+            return false;
+        }
+        log::info("listening", {{"address", l->name}});
+        listeners_.push_back(std::move(l));
+    }
+    uv_signal_init(loop_, &sig_term_);
+    uv_signal_init(loop_, &sig_int_);
+    uv_signal_init(loop_, &sig_usr1_);
+    uv_signal_init(loop_, &sig_hup_);
+    for (uv_signal_t* s : {&sig_term_, &sig_int_, &sig_usr1_, &sig_hup_}) s->data = this;
+    uv_signal_start(&sig_term_, on_signal, SIGTERM);
+    uv_signal_start(&sig_int_, on_signal, SIGINT);
+    uv_signal_start(&sig_usr1_, on_signal, SIGUSR1);
+    uv_signal_start(&sig_hup_, on_signal, SIGHUP);
+    uv_timer_init(loop_, &drain_timer_);
+    drain_timer_.data = this;
+    uv_timer_init(loop_, &resolve_timer_);
+    resolve_timer_.data = this;
+
+    bool any_hostname = false;
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        if (!ups_[i].addr.is_ip) {
+            any_hostname = true;
+            resolve(ups_[i]);
+        }
+    }
+    if (any_hostname) {
+        auto every = static_cast<uint64_t>(cfg_.s.resolve_interval.count());
+        uv_timer_start(&resolve_timer_, on_resolve_timer, every, every);
+    }
+    std::string names;
+    for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
+    log::info("started", {{"upstreams", names}, {"policy", policy_->name()},
+                          {"max_connections", cfg_.s.max_connections}});
+    return true;
+}
+
+void Server::resolve(Upstream& u) {
+    if (u.resolving) return;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    u.resolve_req.data = this;
+    if (int r = uv_getaddrinfo(loop_, &u.resolve_req, on_resolved, u.addr.host.c_str(), nullptr, &hints); r != 0) {
+        log::warn("cannot resolve endpoint", {{"upstream", u.name}, {"error", uv_strerror(r)}});
+        return;
+    }
+    u.resolving = true;
+}
+
+void Server::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res) {
+    auto* self = static_cast<Server*>(req->data);
+    Upstream* u = nullptr;
+    for (size_t i = 0; i < self->ups_.size(); ++i)
+        if (&self->ups_[i].resolve_req == req) u = &self->ups_[i];
+    u->resolving = false;
+    if (status == UV_ECANCELED || self->finished_) {
+        uv_freeaddrinfo(res);
+        return;
+    }
+    if (status != 0 || !res) {
+        // DNS may come up after kprism: warn once, keep the other upstreams, retry on the timer.
+        if (!u->resolve_failed_logged)
+            log::warn("cannot resolve endpoint; will retry",
+                      {{"upstream", u->name}, {"error", uv_strerror(status)},
+                       {"retry_in", format_duration(self->cfg_.s.resolve_interval)}});
+        u->resolve_failed_logged = true;
+        uv_freeaddrinfo(res);
+        return;
+    }
+    sockaddr_storage ss{};
+    std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(u->addr.port);  // same offset for v6
+    std::string now = sockaddr_str(reinterpret_cast<sockaddr*>(&ss));
+    if (!u->resolved || sockaddr_str(reinterpret_cast<sockaddr*>(&u->sa)) != now)
+        log::info("endpoint resolved", {{"upstream", u->name}, {"address", now}});
+    u->sa = ss;
+    u->resolved = true;
+    u->resolve_failed_logged = false;
+    uv_freeaddrinfo(res);
+}
+
+void Server::on_resolve_timer(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    for (size_t i = 0; i < self->ups_.size(); ++i)
+        if (!self->ups_[i].addr.is_ip) self->resolve(self->ups_[i]);
+}
+
+void Server::connection_opened(Connection* c) {
+    c->next = conns_;
+    if (conns_) conns_->prev = c;
+    conns_ = c;
+    ++active_;
+    ++stats_.accepted;
+}
+
+void Server::connection_closed(Connection* c) {
+    if (c->prev) c->prev->next = c->next;
+    else conns_ = c->next;
+    if (c->next) c->next->prev = c->prev;
+    --active_;
+    if (draining_ && active_ == 0) finish();
+}
+
+void Server::note_rejected() {
+    ++stats_.rejected;
+    uint64_t now = uv_now(loop_);
+    if (now - last_reject_log_ >= 1000 || last_reject_log_ == 0) {
+        log::warn("connection rejected", {{"reason", "max_connections reached"},
+                                          {"max_connections", cfg_.s.max_connections},
+                                          {"suppressed", suppressed_rejects_}});
+        last_reject_log_ = now;
+        suppressed_rejects_ = 0;
+    } else {
+        ++suppressed_rejects_;
+    }
+}
+
+void Server::note_accept_error(int status) {
+    ++stats_.accept_errors;
+    uint64_t now = uv_now(loop_);
+    if (now - last_accept_error_log_ >= 1000 || last_accept_error_log_ == 0) {
+        log::error("accept failed", {{"error", uv_strerror(status)},
+                                     {"active_connections", static_cast<uint64_t>(active_)},
+                                     {"suppressed", suppressed_accept_errors_}});
+        last_accept_error_log_ = now;
+        suppressed_accept_errors_ = 0;
+    } else {
+        ++suppressed_accept_errors_;
+    }
+}
+
+void Server::on_signal(uv_signal_t* s, int signum) {
+    auto* self = static_cast<Server*>(s->data);
+    switch (signum) {
+    case SIGTERM: self->begin_shutdown("SIGTERM"); break;
+    case SIGINT: self->begin_shutdown("SIGINT"); break;
+    case SIGUSR1: self->log_stats(); break;
+    case SIGHUP: log::warn("SIGHUP ignored", {{"reason", "live reload is not implemented in this version"}}); break;
+    }
+}
+
+void Server::begin_shutdown(const char* why) {
+    if (finished_) return;
+    if (draining_) {
+        log::warn("second shutdown signal: closing connections now", {{"signal", why}});
+        close_all("shutdown");
+        return;
+    }
+    draining_ = true;
+    for (auto& l : listeners_) l->close();
+    log::info("shutting down", {{"signal", why},
+                                {"connections", static_cast<uint64_t>(active_)},
+                                {"drain_timeout", format_duration(cfg_.s.drain_timeout)}});
+    if (active_ == 0) {
+        finish();
+        return;
+    }
+    uv_timer_start(&drain_timer_, on_drain_timeout, static_cast<uint64_t>(cfg_.s.drain_timeout.count()), 0);
+}
+
+void Server::on_drain_timeout(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    log::warn("drain timeout: closing remaining connections",
+              {{"connections", static_cast<uint64_t>(self->active_)}});
+    self->close_all("drain timeout");
+}
+
+void Server::close_all(const char* reason) {
+    for (Connection* c = conns_; c; c = c->next) c->close(reason);
+}
+
+// Closes the daemon's own handles so uv_run returns once the last connection is gone.
+void Server::finish() {
+    if (finished_) return;
+    finished_ = true;
+    for (auto& l : listeners_) l->close();
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
+    for (void* p : {static_cast<void*>(&sig_term_), static_cast<void*>(&sig_int_), static_cast<void*>(&sig_usr1_),
+                    static_cast<void*>(&sig_hup_), static_cast<void*>(&drain_timer_),
+                    static_cast<void*>(&resolve_timer_)})
+        if (!uv_is_closing(h(p))) uv_close(h(p), nullptr);
+    log::info("stopped", {{"connections_served", stats_.accepted}});
+}
+
+void Server::log_stats() {
+    log::info("stats", {{"connections_active", static_cast<uint64_t>(active_)},
+                        {"connections_total", stats_.accepted},
+                        {"rejected", stats_.rejected},
+                        {"accept_errors", stats_.accept_errors},
+                        {"client_failures", stats_.client_failures},
+                        {"connect_failures", stats_.connect_failures},
+                        {"buffers_in_use", static_cast<uint64_t>(pool_.in_use())},
+                        {"buffers_free", static_cast<uint64_t>(pool_.free_count())}});
+    uint64_t now = uv_now(loop_);
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        const Upstream& u = ups_[i];
+        log::info("upstream stats", {{"upstream", u.name},
+                                     {"available", u.available(now)},
+                                     {"active", u.active},
+                                     {"total", u.total},
+                                     {"connect_failures", u.connect_failures},
+                                     {"bytes_to_upstream", u.bytes_to_upstream},
+                                     {"bytes_from_upstream", u.bytes_from_upstream}});
+    }
+}
+
+}  // namespace kprism
