@@ -32,8 +32,8 @@ int run(const Config& cfg) {
         if (!server.start(err)) {
             log::error("startup failed", {{"error", err}});
             rc = kExitStartup;
-            server.begin_shutdown("startup failure");
         }
+        // On failure this only runs the close callbacks of what start() opened.
         uv_run(&loop, UV_RUN_DEFAULT);
     }
     if (int r = uv_loop_close(&loop); r != 0) log::error("event loop closed with open handles", {{"error", uv_strerror(r)}});

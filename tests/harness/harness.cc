@@ -1,0 +1,336 @@
+// Integration-test harness implementation (processes, loopback servers, socket helpers).
+#include "harness/harness.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace it {
+
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+        if (cond()) return true;
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(5ms);
+    }
+}
+
+int free_port() {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::close(fd);
+    return ntohs(a.sin_port);
+}
+
+static std::string env_or(const char* name, const char* def) {
+    const char* v = getenv(name);
+    return v && *v ? v : def;
+}
+std::string kprism_bin() { return env_or("KPRISM_BIN", "build/kprism"); }
+std::string standin_bin() { return env_or("KPRISM_STANDIN", "build/kprism-standin"); }
+
+Process::Process(std::vector<std::string> argv) {
+    char tmpl[] = "/tmp/kprism-it-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0) throw std::runtime_error("mkstemp");
+    out_path_ = tmpl;
+    pid_ = fork();
+    if (pid_ == 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        int devnull = open("/dev/null", O_RDONLY);
+        dup2(devnull, 0);
+        closefrom(3);  // the child must not inherit the test's listening sockets
+        std::vector<char*> args;
+        for (auto& a : argv) args.push_back(a.data());
+        args.push_back(nullptr);
+        execv(args[0], args.data());
+        _exit(127);
+    }
+    ::close(fd);
+}
+
+Process::~Process() {
+    if (pid_ > 0 && status_ == -1) {
+        ::kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+    }
+    if (!out_path_.empty() && !getenv("KPRISM_KEEP_LOGS")) unlink(out_path_.c_str());
+}
+
+Process::Process(Process&& o) noexcept { *this = std::move(o); }
+Process& Process::operator=(Process&& o) noexcept {
+    std::swap(pid_, o.pid_);
+    std::swap(out_path_, o.out_path_);
+    std::swap(status_, o.status_);
+    return *this;
+}
+
+std::string Process::output() const {
+    std::ifstream f(out_path_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+bool Process::wait_output(const std::string& needle, std::chrono::milliseconds timeout) const {
+    return eventually([&] { return output().find(needle) != std::string::npos; }, timeout);
+}
+
+size_t Process::count_output(const std::string& needle) const {
+    std::string o = output();
+    size_t n = 0;
+    for (size_t p = o.find(needle); p != std::string::npos; p = o.find(needle, p + 1)) ++n;
+    return n;
+}
+
+void Process::signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int Process::wait(std::chrono::milliseconds timeout) {
+    if (status_ != -1) return status_;
+    int st = 0;
+    bool done = eventually([&] { return waitpid(pid_, &st, WNOHANG) == pid_; }, timeout);
+    if (!done) return -1;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_;
+}
+
+bool Process::running() {
+    if (status_ != -1) return false;
+    int st = 0;
+    if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return false;
+    }
+    return true;
+}
+
+Result run(std::vector<std::string> argv, std::chrono::milliseconds timeout) {
+    Process p(std::move(argv));
+    int code = p.wait(timeout);
+    return {code, p.output()};
+}
+
+static std::vector<std::string> kprism_args(const std::vector<std::string>& endpoints, std::vector<std::string> extra,
+                                            int port, int admin) {
+    std::string eps;
+    for (auto& e : endpoints) eps += (eps.empty() ? "" : ",") + e;
+    std::vector<std::string> a = {kprism_bin(), "--bind-port", std::to_string(port), "--health-port",
+                                  std::to_string(admin)};
+    if (!endpoints.empty()) {
+        a.push_back("--endpoints");
+        a.push_back(eps);
+    }
+    for (auto& e : extra) a.push_back(e);
+    return a;
+}
+
+Kprism::Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, int p, int admin)
+    : Process(kprism_args(endpoints, std::move(extra), p, admin)), port(p), admin_port(admin) {
+    if (!wait_output("msg=started", 5000ms))
+        throw std::runtime_error("kprism did not start: " + output());
+}
+
+long Kprism::stat(const std::string& key) {
+    size_t before = count_output("msg=stats ");
+    signal(SIGUSR1);
+    if (!eventually([&] { return count_output("msg=stats ") > before; }, 5000ms)) return -1;
+    std::string o = output();
+    size_t line = o.rfind("msg=stats ");
+    size_t k = o.find(" " + key + "=", line);
+    if (k == std::string::npos) return -1;
+    return std::strtol(o.c_str() + k + key.size() + 2, nullptr, 10);
+}
+
+TcpServer::TcpServer(Handler h, bool ipv6, int backlog) : ipv6_(ipv6), handler_(std::move(h)) {
+    listen_fd_ = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (ipv6) {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof *a;
+    } else {
+        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof *a;
+    }
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(listen_fd_, backlog) != 0)
+        throw std::runtime_error("TcpServer bind/listen failed");
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+    port_ = ipv6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+                 : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+    if (handler_) thread_ = std::thread([this] { loop(); });
+}
+
+std::string TcpServer::endpoint() const {
+    return (ipv6_ ? std::string("[::1]:") : std::string("127.0.0.1:")) + std::to_string(port_);
+}
+
+void TcpServer::loop() {
+    while (!stopping_) {
+        pollfd p{listen_fd_, POLLIN, 0};
+        if (::poll(&p, 1, 50) <= 0) continue;
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        ++accepted_;
+        std::lock_guard<std::mutex> g(mu_);
+        fds_.push_back(fd);
+        workers_.emplace_back([this, fd] {
+            handler_(fd);
+            ::shutdown(fd, SHUT_RDWR);
+        });
+    }
+}
+
+void TcpServer::stop() {
+    if (stopping_.exchange(true)) return;
+    if (thread_.joinable()) thread_.join();
+    ::close(listen_fd_);
+}
+
+TcpServer::~TcpServer() {
+    stop();
+    std::vector<std::thread> ws;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);  // unblock handlers
+        ws.swap(workers_);
+    }
+    for (auto& w : ws) w.join();
+    for (int fd : fds_) ::close(fd);
+}
+
+void TcpServer::echo(int fd) {
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        if (!send_all(fd, buf, static_cast<size_t>(n))) break;
+    }
+}
+
+int connect_to(int port, bool ipv6) {
+    int fd = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_storage ss{};
+    socklen_t len;
+    if (ipv6) {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        a->sin6_port = htons(static_cast<uint16_t>(port));
+        len = sizeof *a;
+    } else {
+        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a->sin_port = htons(static_cast<uint16_t>(port));
+        len = sizeof *a;
+    }
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+        ::close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+bool send_all(int fd, const void* p, size_t n) {
+    auto* c = static_cast<const char*>(p);
+    while (n > 0) {
+        ssize_t w = ::send(fd, c, n, MSG_NOSIGNAL);
+        if (w <= 0) return false;
+        c += w;
+        n -= static_cast<size_t>(w);
+    }
+    return true;
+}
+
+static bool wait_readable(int fd, Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(left)) > 0;
+}
+
+size_t recv_exact(int fd, void* p, size_t n, std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    size_t got = 0;
+    auto* c = static_cast<char*>(p);
+    while (got < n) {
+        if (!wait_readable(fd, deadline)) break;
+        ssize_t r = ::recv(fd, c + got, n - got, 0);
+        if (r <= 0) break;
+        got += static_cast<size_t>(r);
+    }
+    return got;
+}
+
+std::string recv_until_eof(int fd, int* err, std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    std::string out;
+    char buf[65536];
+    if (err) *err = ETIMEDOUT;
+    for (;;) {
+        if (!wait_readable(fd, deadline)) return out;
+        ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+        if (r == 0) {
+            if (err) *err = 0;
+            return out;
+        }
+        if (r < 0) {
+            if (err) *err = errno;
+            return out;
+        }
+        out.append(buf, static_cast<size_t>(r));
+    }
+}
+
+std::string http_get(int port, const std::string& path) {
+    int fd = connect_to(port);
+    if (fd < 0) return "";
+    std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    send_all(fd, req.data(), req.size());
+    std::string resp = recv_until_eof(fd, nullptr, 5000ms);
+    ::close(fd);
+    return resp;
+}
+
+void fill_pattern(uint64_t seed, uint64_t offset, unsigned char* p, size_t n) {
+    // Byte i of the stream is a hash of (seed, i / 8); cheap and position-addressable.
+    for (size_t i = 0; i < n; ++i) {
+        uint64_t pos = offset + i;
+        uint64_t x = (pos >> 3) * 0x9e3779b97f4a7c15ULL ^ seed;
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ULL;
+        x ^= x >> 29;
+        p[i] = static_cast<unsigned char>(x >> ((pos & 7) * 8));
+    }
+}
+
+}  // namespace it

@@ -1,0 +1,216 @@
+// The real kprism binary in front of real loopback servers: data integrity, half-close, resets.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness/harness.h"
+
+using namespace it;
+
+namespace {
+
+// Sends `total` pattern bytes through an echo upstream and checks every byte that comes back.
+void roundtrip(int port, size_t total, uint64_t seed) {
+    int fd = connect_to(port);
+    ASSERT_GE(fd, 0);
+    std::thread sender([&] {
+        std::vector<unsigned char> chunk(256 * 1024);
+        for (size_t off = 0; off < total;) {
+            size_t n = std::min(chunk.size(), total - off);
+            fill_pattern(seed, off, chunk.data(), n);
+            if (!send_all(fd, chunk.data(), n)) return;
+            off += n;
+        }
+    });
+    std::vector<unsigned char> got(256 * 1024), want(256 * 1024);
+    size_t off = 0;
+    bool same = true;
+    while (off < total) {
+        size_t n = std::min(got.size(), total - off);
+        size_t r = recv_exact(fd, got.data(), n, 30000ms);
+        fill_pattern(seed, off, want.data(), r);
+        if (memcmp(got.data(), want.data(), r) != 0) same = false;
+        off += r;
+        if (r < n) break;
+    }
+    sender.join();
+    EXPECT_EQ(off, total);
+    EXPECT_TRUE(same) << "corrupted bytes for size " << total;
+    ::shutdown(fd, SHUT_WR);
+    int err = -1;
+    EXPECT_EQ(recv_until_eof(fd, &err).size(), 0u);
+    EXPECT_EQ(err, 0) << "expected a clean EOF after half-close";
+    ::close(fd);
+}
+
+}  // namespace
+
+TEST(Splice, BytesIntactBothWaysAllSizes) {
+    TcpServer up(TcpServer::echo);
+    Kprism k({up.endpoint()});
+    uint64_t seed = 1;
+    for (size_t size : {size_t{1}, size_t{1000}, size_t{16384}, size_t{16385}, size_t{1} << 20,
+                        size_t{100} << 20}) {
+        SCOPED_TRACE(size);
+        roundtrip(k.port, size, seed++);
+    }
+    EXPECT_EQ(k.stat("connections_active"), 0);
+}
+
+TEST(Splice, ManyConcurrentStreams) {
+    TcpServer up(TcpServer::echo);
+    Kprism k({up.endpoint()});
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 16; ++i) ts.emplace_back([&, i] { roundtrip(k.port, 2 << 20, 100 + i); });
+    for (auto& t : ts) t.join();
+}
+
+// Client sends, then shuts down its write side: upstream must see EOF and still answer.
+TEST(Splice, ClientHalfCloseReachesUpstream) {
+    TcpServer up([](int fd) {
+        std::string all = recv_until_eof(fd);
+        std::string reply = "got " + std::to_string(all.size());
+        send_all(fd, reply.data(), reply.size());
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    std::string data(50000, 'x');
+    ASSERT_TRUE(send_all(fd, data.data(), data.size()));
+    ::shutdown(fd, SHUT_WR);
+    int err = -1;
+    EXPECT_EQ(recv_until_eof(fd, &err), "got 50000");
+    EXPECT_EQ(err, 0);
+    ::close(fd);
+}
+
+// Upstream finishes sending and half-closes: client sees EOF but can still send.
+TEST(Splice, UpstreamHalfCloseReachesClient) {
+    std::atomic<size_t> upstream_got{0};
+    TcpServer up([&](int fd) {
+        send_all(fd, "hello", 5);
+        ::shutdown(fd, SHUT_WR);
+        upstream_got = recv_until_eof(fd).size();
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    char buf[5];
+    ASSERT_EQ(recv_exact(fd, buf, 5), 5u);
+    int err = -1;
+    EXPECT_EQ(recv_until_eof(fd, &err), "");
+    EXPECT_EQ(err, 0);
+    std::string more(3000, 'y');
+    ASSERT_TRUE(send_all(fd, more.data(), more.size()));
+    ::shutdown(fd, SHUT_WR);
+    EXPECT_TRUE(eventually([&] { return upstream_got == 3000; }));
+    ::close(fd);
+}
+
+// An upstream that resets its connection makes kprism reset the client's.
+TEST(Splice, UpstreamResetPropagatesToClient) {
+    TcpServer up([](int fd) {
+        char b[16];
+        recv_exact(fd, b, 4);
+        linger l{1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        ::close(dup(fd));  // the dup keeps fd valid for the harness; closing both sends RST
+        ::close(fd);
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, "ping", 4));
+    int err = -1;
+    recv_until_eof(fd, &err);
+    EXPECT_EQ(err, ECONNRESET);
+    ::close(fd);
+}
+
+TEST(Splice, ClientResetPropagatesToUpstream) {
+    std::atomic<int> upstream_err{-1};
+    TcpServer up([&](int fd) {
+        int e = -1;
+        recv_until_eof(fd, &e);
+        upstream_err = e;
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, "ping", 4));
+    ASSERT_TRUE(eventually([&] { return up.accepted() == 1; }));
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+    EXPECT_TRUE(eventually([&] { return upstream_err == ECONNRESET; })) << upstream_err;
+}
+
+TEST(Splice, Ipv6ListenAndEndpoint) {
+    TcpServer up(TcpServer::echo, /*ipv6=*/true);
+    Kprism k({up.endpoint()}, {"--bind-address", "127.0.0.1,::1"});
+    for (bool v6 : {false, true}) {
+        int fd = connect_to(k.port, v6);
+        ASSERT_GE(fd, 0) << "v6=" << v6;
+        ASSERT_TRUE(send_all(fd, "abc", 3));
+        char b[3];
+        EXPECT_EQ(recv_exact(fd, b, 3), 3u);
+        ::close(fd);
+    }
+}
+
+// Idle connections give their buffers back: after one exchange each, none is held.
+TEST(Splice, IdleConnectionsHoldNoBuffers) {
+    TcpServer up(TcpServer::echo);
+    Kprism k({up.endpoint()});
+    std::vector<int> fds;
+    for (int i = 0; i < 200; ++i) {
+        int fd = connect_to(k.port);
+        ASSERT_GE(fd, 0);
+        ASSERT_TRUE(send_all(fd, "hello", 5));
+        char b[5];
+        ASSERT_EQ(recv_exact(fd, b, 5), 5u);
+        fds.push_back(fd);
+    }
+    EXPECT_EQ(k.stat("connections_active"), 200);
+    EXPECT_EQ(k.stat("buffers_in_use"), 0);
+    for (int fd : fds) ::close(fd);
+    EXPECT_TRUE(eventually([&] { return k.stat("connections_active") == 0; }));
+}
+
+// A client that never reads cannot make kprism buffer without bound: reads from the upstream
+// stop while the write to the client is pending.
+TEST(Splice, SlowReaderIsBackpressured) {
+    std::atomic<size_t> sent{0};
+    std::atomic<bool> stop{false};
+    TcpServer up([&](int fd) {
+        std::vector<char> chunk(65536, 'z');
+        while (!stop) {
+            pollfd p{fd, POLLOUT, 0};
+            if (::poll(&p, 1, 50) <= 0) continue;
+            ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n <= 0) {
+                if (errno == EAGAIN) continue;
+                break;
+            }
+            sent += static_cast<size_t>(n);
+        }
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    // Wait until the upstream cannot push any more (socket buffers full on every hop).
+    size_t last = 0;
+    ASSERT_TRUE(eventually([&] {
+        size_t now = sent;
+        bool stalled = now > 0 && now == last;
+        last = now;
+        std::this_thread::sleep_for(100ms);
+        return stalled;
+    }, 10000ms));
+    EXPECT_LE(k.stat("buffers_in_use"), 1);
+    EXPECT_LT(sent.load(), size_t{64} << 20) << "kernel buffers only; kprism holds at most one chunk";
+    stop = true;
+    ::close(fd);
+}

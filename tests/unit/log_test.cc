@@ -1,0 +1,169 @@
+// Structured log line rendering: logfmt and JSON escaping, level parsing (kprism/log.h).
+#include "kprism/log.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+namespace kprism::log {
+namespace {
+
+// Restores the process-wide log settings after each test.
+class LogTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        set_level(Level::info);
+        set_format(Format::logfmt);
+    }
+    void TearDown() override {
+        set_level(Level::info);
+        set_format(Format::logfmt);
+    }
+    // The line without its leading timestamp field (which varies).
+    static std::string strip_ts_logfmt(const std::string& line) {
+        std::smatch m;
+        EXPECT_TRUE(std::regex_search(line, m, std::regex(R"(^ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z )")))
+            << line;
+        return m.empty() ? line : line.substr(m.length(0));
+    }
+    static std::string strip_ts_json(const std::string& line) {
+        std::smatch m;
+        EXPECT_TRUE(
+            std::regex_search(line, m, std::regex(R"(^\{"ts":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z",)")))
+            << line;
+        return m.empty() ? line : "{" + line.substr(m.length(0));
+    }
+};
+
+TEST_F(LogTest, LogfmtPlain) {
+    std::string l = render(Level::info, "started", {{"port", 7445}, {"name", "kprism"}, {"ok", true}});
+    EXPECT_EQ(strip_ts_logfmt(l), "level=info msg=started port=7445 name=kprism ok=true");
+    EXPECT_EQ(l.find('\n'), std::string::npos);
+}
+
+TEST_F(LogTest, LogfmtQuotesSpaces) {
+    std::string l = render(Level::warn, "upstream unavailable", {{"reason", "connection refused"}});
+    EXPECT_EQ(strip_ts_logfmt(l), R"(level=warn msg="upstream unavailable" reason="connection refused")");
+}
+
+TEST_F(LogTest, LogfmtEscapesQuotesAndBackslashes) {
+    std::string l = render(Level::error, "x", {{"v", R"(say "hi" \o/)"}});
+    EXPECT_EQ(strip_ts_logfmt(l), R"(level=error msg=x v="say \"hi\" \\o/")");
+}
+
+TEST_F(LogTest, LogfmtEscapesNewlinesAndControls) {
+    std::string l = render(Level::info, "m", {{"v", "a\nb\rc\td\x01" "e\x7f"}});
+    EXPECT_EQ(strip_ts_logfmt(l), R"(level=info msg=m v="a\nb\rc\td\u0001e\u007f")");
+    EXPECT_EQ(l.find('\n'), std::string::npos);
+    EXPECT_EQ(l.find('\r'), std::string::npos);
+}
+
+TEST_F(LogTest, LogfmtQuotesEqualsEmptyAndNonAscii) {
+    std::string l = render(Level::info, "m", {{"a", "k=v"}, {"b", ""}, {"c", "h\xc3\xa9"}});
+    EXPECT_EQ(strip_ts_logfmt(l), R"(level=info msg=m a="k=v" b="" c="h\u00c3\u00a9")");
+}
+
+TEST_F(LogTest, LogfmtNumbers) {
+    std::string l = render(Level::debug, "n",
+                           {{"i", int64_t{-5}}, {"u", uint64_t{18446744073709551615ULL}}, {"z", 0}, {"f", false}});
+    EXPECT_EQ(strip_ts_logfmt(l), "level=debug msg=n i=-5 u=18446744073709551615 z=0 f=false");
+}
+
+TEST_F(LogTest, JsonPlain) {
+    set_format(Format::json);
+    std::string l = render(Level::info, "started", {{"port", 7445}, {"name", "kprism"}});
+    EXPECT_EQ(strip_ts_json(l), R"({"level":"info","msg":"started","port":"7445","name":"kprism"})");
+}
+
+TEST_F(LogTest, JsonNoFields) {
+    set_format(Format::json);
+    EXPECT_EQ(strip_ts_json(render(Level::warn, "w", {})), R"({"level":"warn","msg":"w"})");
+}
+
+TEST_F(LogTest, JsonEscapes) {
+    set_format(Format::json);
+    std::string l = render(Level::error, "bad \"msg\"", {{"v", "a b\n\"c\"\\\x1f"}, {"e", ""}});
+    EXPECT_EQ(strip_ts_json(l), R"({"level":"error","msg":"bad \"msg\"","v":"a b\n\"c\"\\\u001f","e":""})");
+    EXPECT_EQ(l.find('\n'), std::string::npos);
+}
+
+// Rough structural check: a JSON object of string members, every string escaped.
+TEST_F(LogTest, JsonLooksValid) {
+    set_format(Format::json);
+    std::string hostile = "x\"y\\z\n\t\r\x01\x7f\xff{},:";
+    std::string l = render(Level::info, hostile, {{"k1", hostile}, {"k2", "plain"}});
+    const std::string str = R"("(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-f]{4})*")";
+    const std::regex obj("^\\{(?:" + str + ":" + str + ",?)*\\}$");
+    EXPECT_TRUE(std::regex_match(l, obj)) << l;
+    for (unsigned char c : l) EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "raw byte " << int(c) << " in " << l;
+    EXPECT_EQ(l.back(), '}');
+    EXPECT_EQ(l.find(",}"), std::string::npos);
+}
+
+TEST_F(LogTest, ParseLevel) {
+    Level lv = Level::error;
+    EXPECT_TRUE(parse_level("debug", lv));
+    EXPECT_EQ(lv, Level::debug);
+    EXPECT_TRUE(parse_level("info", lv));
+    EXPECT_EQ(lv, Level::info);
+    EXPECT_TRUE(parse_level("warn", lv));
+    EXPECT_EQ(lv, Level::warn);
+    EXPECT_TRUE(parse_level("warning", lv));
+    EXPECT_EQ(lv, Level::warn);
+    EXPECT_TRUE(parse_level("error", lv));
+    EXPECT_EQ(lv, Level::error);
+    lv = Level::info;
+    EXPECT_FALSE(parse_level("", lv));
+    EXPECT_FALSE(parse_level("INFO", lv));
+    EXPECT_FALSE(parse_level("trace", lv));
+    EXPECT_FALSE(parse_level("fatal", lv));
+    EXPECT_EQ(lv, Level::info) << "unchanged on failure";
+}
+
+TEST_F(LogTest, ParseFormat) {
+    Format f = Format::json;
+    EXPECT_TRUE(parse_format("logfmt", f));
+    EXPECT_EQ(f, Format::logfmt);
+    EXPECT_TRUE(parse_format("json", f));
+    EXPECT_EQ(f, Format::json);
+    EXPECT_FALSE(parse_format("text", f));
+    EXPECT_FALSE(parse_format("JSON", f));
+    EXPECT_EQ(f, Format::json);
+}
+
+TEST_F(LogTest, LevelNames) {
+    EXPECT_STREQ(level_name(Level::debug), "debug");
+    EXPECT_STREQ(level_name(Level::info), "info");
+    EXPECT_STREQ(level_name(Level::warn), "warn");
+    EXPECT_STREQ(level_name(Level::error), "error");
+    for (Level lv : {Level::debug, Level::info, Level::warn, Level::error}) {
+        Level back{};
+        EXPECT_TRUE(parse_level(level_name(lv), back));
+        EXPECT_EQ(back, lv);
+    }
+}
+
+TEST_F(LogTest, EnabledFollowsLevel) {
+    set_level(Level::warn);
+    EXPECT_FALSE(enabled(Level::debug));
+    EXPECT_FALSE(enabled(Level::info));
+    EXPECT_TRUE(enabled(Level::warn));
+    EXPECT_TRUE(enabled(Level::error));
+    set_level(Level::debug);
+    EXPECT_TRUE(enabled(Level::debug));
+}
+
+TEST_F(LogTest, DebugMacroDoesNotEvaluateWhenDisabled) {
+    set_level(Level::info);
+    int evaluated = 0;
+    auto value = [&] {
+        ++evaluated;
+        return std::string("x");
+    };
+    KPRISM_DEBUG("never", {{"v", value()}});
+    EXPECT_EQ(evaluated, 0);
+}
+
+}  // namespace
+}  // namespace kprism::log
