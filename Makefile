@@ -12,7 +12,7 @@ WERROR ?= 0
 SAN ?=
 OPT ?= -O2
 
-CXXFLAGS_BASE := -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
+CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
 	-Iinclude -DKPRISM_VERSION='"$(VERSION)"' $(shell pkg-config --cflags $(PKGS))
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
@@ -22,7 +22,8 @@ CXXFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SAN)
 endif
 CXXFLAGS += $(CXXFLAGS_BASE)
-LDLIBS := $(shell pkg-config --libs $(PKGS))
+# Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
+LDLIBS = $(shell pkg-config --libs $(PKGS))
 
 LIB_SRCS := $(filter-out src/main.cc,$(wildcard src/*.cc))
 LIB_OBJS := $(LIB_SRCS:src/%.cc=$(BUILD)/obj/%.o)
@@ -31,7 +32,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test unit integration asan tsan clean install deps run demo check-config
+.PHONY: all test unit integration asan clean install deps run demo FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -42,6 +43,11 @@ $(BUILD)/obj $(BUILD)/tests:
 
 $(BUILD)/libkprism.a: $(LIB_OBJS)
 	ar rcs $@ $^
+
+# main.o is rebuilt when the version string changes.
+$(BUILD)/version.stamp: FORCE | $(BUILD)/obj
+	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
+$(BUILD)/obj/main.o: $(BUILD)/version.stamp
 
 $(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
