@@ -27,7 +27,18 @@ const std::vector<OptionDef>& options() {
         {"bind_port", "bind-port", &S::bind_port, "port to listen on", 1, 65535},
         {"allow_non_loopback", "allow-non-loopback", &S::allow_non_loopback,
          "permit listening on non-loopback addresses (exposes the API port)"},
-        {"policy", "policy", &S::policy, "upstream selection policy", 0, 0, {"random", "least-connections"}},
+        {"policy", "policy", &S::policy, "upstream selection policy among ready upstreams", 0, 0,
+         {"random", "least-connections", "latency"}},
+        {"zone", "zone", &S::zone, "this node's zone: prefer ready upstreams with the same zone"},
+        {"fail_mode", "fail-mode", &S::fail_mode,
+         "no upstream ready: fail-open tries every endpoint, fail-closed refuses", 0, 0, {"fail-open", "fail-closed"}},
+        {"first_response_timeout", "first-response-timeout", &S::first_response_timeout,
+         "move a new connection to another upstream when it sends nothing this long after the client's first "
+         "bytes (0: off)",
+         0, 60 * kSec},
+        {"close_on_down", "close-on-down", &S::close_on_down,
+         "close established connections to an upstream that goes down"},
+        {"close_spread", "close-spread", &S::close_spread, "spread those closes over this window", 0, 60 * kSec},
         {"connect_timeout", "connect-timeout", &S::connect_timeout, "upstream TCP connect timeout", 1, 60 * kSec},
         {"drain_timeout", "drain-timeout", &S::drain_timeout,
          "on SIGTERM, how long established connections may finish", 0, 3600 * kSec},
@@ -38,7 +49,20 @@ const std::vector<OptionDef>& options() {
         {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535},
         {"health.interval", "health-interval", &S::health_interval, "time between upstream health checks", 100,
          3600 * kSec},
-        {"health.timeout", "health-timeout", &S::health_timeout, "time limit of one health check", 10, 3600 * kSec},
+        {"health.timeout", "health-timeout", &S::health_timeout,
+         "time limit of one health check (connect, TLS handshake and response)", 10, 3600 * kSec},
+        {"health.fast_interval", "health-fast-interval", &S::health_fast_interval,
+         "time between checks while an upstream is changing state", 100, 3600 * kSec},
+        {"health.rise", "health-rise", &S::health_rise, "consecutive ready checks to bring a down upstream up", 1, 100},
+        {"health.fall", "health-fall", &S::health_fall,
+         "consecutive failed checks to take an upstream down (an HTTP 5xx from readyz takes it down at once)", 1, 100},
+        {"health.path", "health-path", &S::health_path, "HTTP path of the readiness check"},
+        {"health.client_cert", "client-cert", &S::client_cert,
+         "client certificate (PEM) for the readiness check; kubelet's, re-read when it changes"},
+        {"health.client_key", "client-key", &S::client_key, "private key (PEM) of the client certificate"},
+        {"health.ca_file", "ca-file", &S::ca_file, "CA bundle that signed the apiservers' serving certificates"},
+        {"health.server_name", "server-name", &S::server_name,
+         "TLS server name (SNI) and the name verified in the apiserver's certificate; default: the endpoint's host"},
         {"tcp.nodelay", "tcp-nodelay", &S::tcp_nodelay, "set TCP_NODELAY on both sides"},
         {"tcp.keepalive", "tcp-keepalive", &S::tcp_keepalive, "idle time before TCP keepalive probes (0: off)", 0,
          7200 * kSec},
@@ -76,7 +100,6 @@ std::string did_you_mean(std::string_view given, Name name) {
     for (const auto& o : options()) {
         std::string cand = name(o);
         size_t d = edit_distance(given, cand);
-        // Also match a misspelled last component against a key's last component ("health.intervl").
         if (d < best_d) {
             best_d = d;
             best = cand;
@@ -213,6 +236,34 @@ const char* type_name(const OptionDef& o) {
         o.field);
 }
 
+// One endpoint in inline-table form: { address = "10.0.0.1:6443", zone = "a", server_name = "x" }.
+bool endpoint_table(Settings& s, const toml::table& t, std::vector<std::string>& items, std::string& err) {
+    std::string address;
+    EndpointMeta meta;
+    for (auto&& [k, v] : t) {
+        std::string_view key = k.str();
+        std::string* dst = key == "address" ? &address : key == "zone" ? &meta.zone
+                           : key == "server_name"       ? &meta.server_name
+                                                        : nullptr;
+        if (!dst) {
+            err = fmt::format("unknown endpoint field '{}' (fields: address, zone, server_name)", key);
+            return false;
+        }
+        if (!v.is_string()) {
+            err = fmt::format("endpoint field '{}' wants a string", key);
+            return false;
+        }
+        *dst = trim(v.as_string()->get());
+    }
+    if (address.empty()) {
+        err = "endpoint table without address";
+        return false;
+    }
+    items.push_back(address);
+    if (!meta.zone.empty() || !meta.server_name.empty()) s.endpoint_meta[address] = meta;
+    return true;
+}
+
 // Applies one TOML value, checking its TOML type against the option's.
 bool apply_node(Settings& s, const OptionDef& o, const toml::node& n, std::string& err) {
     return std::visit(
@@ -234,6 +285,10 @@ bool apply_node(Settings& s, const OptionDef& o, const toml::node& n, std::strin
                     items = split_list(n.as_string()->get());
                 } else if (n.is_array()) {
                     for (const auto& el : *n.as_array()) {
+                        if (el.is_table() && member == &Settings::endpoints) {
+                            if (!endpoint_table(s, *el.as_table(), items, err)) return false;
+                            continue;
+                        }
                         if (!el.is_string()) return err = fmt::format("want {}", type_name(o)), false;
                         items.push_back(trim(el.as_string()->get()));
                     }
@@ -309,6 +364,10 @@ void validate(Config& c, std::vector<std::string>& errors) {
             continue;
         }
         ep.origin = where("endpoints");
+        if (auto m = s.endpoint_meta.find(e); m != s.endpoint_meta.end()) {
+            ep.zone = m->second.zone;
+            ep.server_name = m->second.server_name;
+        }
         for (auto& seen : c.endpoints) {
             std::string a = seen.addr.host, b = ep.addr.host;
             std::transform(a.begin(), a.end(), a.begin(), ::tolower);
@@ -321,6 +380,9 @@ void validate(Config& c, std::vector<std::string>& errors) {
         c.endpoints.push_back(std::move(ep));
     next:;
     }
+
+    if (c.endpoints.size() > 64)
+        fail("endpoints", fmt::format("{} endpoints configured; at most 64 are supported", c.endpoints.size()));
 
     if (s.bind_address.empty()) fail("bind_address", "no listen address");
     for (const auto& a : s.bind_address) {
@@ -348,11 +410,30 @@ void validate(Config& c, std::vector<std::string>& errors) {
              fmt::format("'{}' is not a loopback address (set allow_non_loopback = true to do it anyway)",
                          s.health_bind_address));
     }
+    // A rule between two keys names where both came from.
+    auto both = [&](const char* key, const char* other, std::string msg) {
+        errors.push_back(fmt::format("{}: {}: {} (the other value is from {})", where(key), key, msg,
+                                     where(other)));
+    };
     if (s.health_port == s.bind_port)
-        fail("health.port", fmt::format("{} is also the listen port (bind_port)", s.health_port));
+        both("health.port", "bind_port", fmt::format("{} is also the listen port bind_port", s.health_port));
     if (s.health_timeout >= s.health_interval)
-        fail("health.timeout", fmt::format("{} must be shorter than health.interval ({})",
-                                           format_duration(s.health_timeout), format_duration(s.health_interval)));
+        both("health.timeout", "health.interval",
+             fmt::format("{} must be shorter than health.interval ({})", format_duration(s.health_timeout),
+                         format_duration(s.health_interval)));
+    if (s.health_fast_interval > s.health_interval)
+        both("health.fast_interval", "health.interval",
+             fmt::format("{} must not be longer than health.interval ({})", format_duration(s.health_fast_interval),
+                         format_duration(s.health_interval)));
+    if (s.health_path.empty() || s.health_path[0] != '/' ||
+        s.health_path.find_first_of(" \r\n\t") != std::string::npos)
+        fail("health.path", fmt::format("{} must start with '/' and contain no spaces", quote(s.health_path)));
+    for (const char* key : {"health.client_cert", "health.client_key", "health.ca_file"}) {
+        const std::string& v = key == std::string_view("health.client_cert") ? s.client_cert
+                               : key == std::string_view("health.client_key") ? s.client_key
+                                                                              : s.ca_file;
+        if (v.empty()) fail(key, "must not be empty");
+    }
 }
 
 }  // namespace
@@ -518,7 +599,15 @@ std::string render_config(const Config& c) {
                 else if constexpr (std::is_same_v<T, Duration>) return quote(format_duration(v));
                 else {
                     std::string list = "[";
-                    for (size_t i = 0; i < v.size(); ++i) list += (i ? ", " : "") + quote(v[i]);
+                    for (size_t i = 0; i < v.size(); ++i) {
+                        list += i ? ", " : "";
+                        auto m = c.s.endpoint_meta.find(v[i]);
+                        if (&v == &c.s.endpoints && m != c.s.endpoint_meta.end())
+                            list += fmt::format("{{ address = {}, zone = {}, server_name = {} }}", quote(v[i]),
+                                                quote(m->second.zone), quote(m->second.server_name));
+                        else
+                            list += quote(v[i]);
+                    }
                     return list + "]";
                 }
             },

@@ -1,8 +1,7 @@
-// The splice: accept, connect upstream with timeout and retries, then copy bytes both ways with
-// backpressure (one pooled chunk per direction at most, none while idle), half-close and RST.
+// The splice: accept, connect upstream with timeout and retries, replay a silent upstream's first
+// flight elsewhere, then copy bytes both ways with backpressure (one pooled chunk per direction at
+// most, none while idle), half-close, RST propagation, and closes when the upstream goes down.
 #include "kprism/connection.h"
-
-#include <fmt/format.h>
 
 #include "kprism/log.h"
 #include "kprism/server.h"
@@ -57,10 +56,9 @@ void Connection::accept(Server& srv, uv_stream_t* listener) {
 
 void Connection::start_attempt() {
     uint64_t now = uv_now(srv_.loop());
-    up_ = pick_upstream(srv_.upstreams(), srv_.policy(), tried_, now);
+    up_ = pick_upstream(srv_.upstreams(), srv_.policy(), tried_, now, srv_.fallback_allowed());
     if (!up_) {
-        srv_.note_client_failed();
-        log::warn("client connection failed", {{"reason", "every upstream failed"}, {"attempts", attempts_}});
+        srv_.note_client_failed(attempts_);
         close("no upstream reachable", true);
         return;
     }
@@ -83,6 +81,7 @@ void Connection::start_attempt() {
         attempt_failed(uv_strerror(r), !local_error(r));
         return;
     }
+    timer_for_ = TimerFor::connect;
     uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.connect_timeout.count()), 0);
 }
 
@@ -90,6 +89,7 @@ void Connection::on_connect(uv_connect_t* req, int status) {
     auto* c = static_cast<Connection*>(req->data);
     if (status == UV_ECANCELED) return;  // our own uv_close of the attempt; handled there
     uv_timer_stop(&c->timer_);
+    c->timer_for_ = TimerFor::none;
     if (c->closing_) return;
     if (status != 0) {
         c->attempt_failed(uv_strerror(status), !local_error(status));
@@ -100,18 +100,36 @@ void Connection::on_connect(uv_connect_t* req, int status) {
 
 void Connection::on_timer(uv_timer_t* t) {
     auto* c = static_cast<Connection*>(t->data);
-    if (c->state_ == State::connecting && !c->closing_) c->attempt_failed("connect timeout", true);
+    TimerFor why = c->timer_for_;
+    c->timer_for_ = TimerFor::none;
+    if (c->closing_) return;
+    switch (why) {
+    case TimerFor::connect:
+        if (c->state_ == State::connecting) c->attempt_failed("connect timeout", true);
+        break;
+    case TimerFor::first_response:
+        if (c->awaiting_answer_ && !c->try_replay("no response")) {
+            KPRISM_DEBUG("no other upstream to move to; waiting", {{"upstream", c->up_->name}});
+        }
+        break;
+    case TimerFor::down:
+        // Re-checked now: the upstream may be back, or closing would leave nothing ready.
+        if (c->up_ && c->up_->health == Health::down && c->srv_.upstreams().up_count() > 0) {
+            c->srv_.note_closed_for_down();
+            c->close("upstream down");
+        }
+        break;
+    case TimerFor::none: break;
+    }
 }
 
 // Gives up on the current upstream, records the failure, and retries elsewhere once the
 // attempt's handle is closed (libuv handles cannot be re-initialised before then).
 void Connection::attempt_failed(const char* reason, bool upstream_fault) {
     uv_timer_stop(&timer_);
+    timer_for_ = TimerFor::none;
     Upstream* u = up_;
-    if (upstream_fault) {
-        srv_.upstreams().connect_failed(*u, reason, uv_now(srv_.loop()));
-        srv_.note_connect_failed();
-    }
+    if (upstream_fault) srv_.passive_failure(*u, reason);
     KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
     up_ = nullptr;
     upstream_.open = false;
@@ -134,14 +152,89 @@ void Connection::on_upstream_closed_for_retry(uv_handle_t* h) {
     c->start_attempt();
 }
 
+// Moves a connection whose upstream has not answered yet to another upstream, replaying the
+// client's first flight there. False (nothing changed) when no other upstream is left to try.
+bool Connection::try_replay(const char* why) {
+    uint64_t now = uv_now(srv_.loop());
+    if (!pick_upstream(srv_.upstreams(), srv_.policy(), tried_, now, srv_.fallback_allowed())) return false;
+    Upstream* u = up_;
+    KPRISM_DEBUG("moving connection", {{"from", u->name}, {"reason", why}, {"replay_bytes", first_flight_.size()}});
+    srv_.note_replayed();
+    srv_.passive_failure(*u, why);
+    u->active--;
+    up_ = nullptr;
+    state_ = State::connecting;
+    uv_timer_stop(&timer_);
+    timer_for_ = TimerFor::none;
+    uv_read_stop(stream(upstream_.tcp));
+    uv_read_stop(stream(client_.tcp));  // resumed once the first flight is written to the next upstream
+    release(upstream_);
+    upstream_.open = false;
+    uv_close(handle(upstream_.tcp), on_upstream_closed_for_retry);
+    return true;
+}
+
 void Connection::start_splicing() {
     state_ = State::splicing;
     srv_.upstreams().connect_succeeded(*up_);
     up_->active++;
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
-    uv_read_start(stream(client_.tcp), on_alloc, on_read_cb);
     uv_read_start(stream(upstream_.tcp), on_alloc, on_read_cb);
+    if (awaiting_answer_ && !first_flight_.empty()) {
+        // A replay: the client's first flight goes to the new upstream; reading the client resumes
+        // when that write completes (on_write), so later bytes keep their order.
+        upstream_.write_pending = true;
+        upstream_.wreq.data = this;
+        uv_buf_t b = uv_buf_init(first_flight_.data(), static_cast<unsigned>(first_flight_.size()));
+        if (uv_write(&upstream_.wreq, stream(upstream_.tcp), &b, 1, on_write) != 0) {
+            upstream_.write_pending = false;
+            close("write failed", true, true);
+            return;
+        }
+        timer_for_ = TimerFor::first_response;
+        uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.first_response_timeout.count()), 0);
+        return;
+    }
+    awaiting_answer_ = srv_.config().s.first_response_timeout.count() > 0;
+    uv_read_start(stream(client_.tcp), on_alloc, on_read_cb);
+}
+
+// Until the upstream answers, a copy of what the client sent (at most kMaxFirstFlight bytes) is
+// kept for a replay; the first bytes start the first-response timer. More than that, and the
+// connection is simply bound to its upstream.
+void Connection::keep_first_flight(const char* p, size_t n) {
+    if (first_flight_.size() + n > kMaxFirstFlight) {
+        awaiting_answer_ = false;
+        std::string().swap(first_flight_);
+        if (timer_for_ == TimerFor::first_response) {
+            uv_timer_stop(&timer_);
+            timer_for_ = TimerFor::none;
+        }
+        return;
+    }
+    bool first = first_flight_.empty();
+    first_flight_.append(p, n);
+    if (first) {
+        timer_for_ = TimerFor::first_response;
+        uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.first_response_timeout.count()), 0);
+    }
+}
+
+// The upstream sent its first byte: from now on the connection is bound to it.
+void Connection::answered() {
+    awaiting_answer_ = false;
+    if (timer_for_ == TimerFor::first_response) {
+        uv_timer_stop(&timer_);
+        timer_for_ = TimerFor::none;
+    }
+    std::string().swap(first_flight_);
+}
+
+void Connection::close_later_for_down(uint64_t delay_ms) {
+    if (closing_ || state_ != State::splicing || awaiting_answer_) return;  // awaiting: the replay timer decides
+    timer_for_ = TimerFor::down;
+    uv_timer_start(&timer_, on_timer, delay_ms, 0);
 }
 
 void Connection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
@@ -167,10 +260,16 @@ void Connection::on_read_cb(uv_stream_t* st, ssize_t nread, const uv_buf_t*) {
 
 void Connection::on_read(Side& from, Side& to, ssize_t nread) {
     if (closing_) return;
+    const bool client_side = &from == &client_;
     if (nread > 0) {
         from.len = static_cast<size_t>(nread);
-        if (&from == &client_) up_->bytes_to_upstream += from.len;
-        else up_->bytes_from_upstream += from.len;
+        if (client_side) {
+            up_->bytes_to_upstream += from.len;
+            if (awaiting_answer_) keep_first_flight(from.buf, from.len);
+        } else {
+            up_->bytes_from_upstream += from.len;
+            if (awaiting_answer_) answered();
+        }
         forward(from, to);
         return;
     }
@@ -179,8 +278,13 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         return;
     }
     release(from);
+    // An upstream that closes or resets before answering anything is treated like a silent one.
+    if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
+        try_replay(nread == UV_EOF ? "closed before answering" : "reset before answering"))
+        return;
     if (nread == UV_EOF) {
         from.eof = true;
+        if (client_side) awaiting_answer_ = false;  // a half-closed client is never replayed
         uv_read_stop(stream(from.tcp));
         // libuv runs the shutdown after any write still queued on `to`.
         to.sreq.data = this;
@@ -191,7 +295,6 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         maybe_finish();
         return;
     }
-    const bool client_side = &from == &client_;
     const char* reason = nread == UV_ENOBUFS ? "out of buffers"
                          : client_side       ? "client read error"
                                              : "upstream read error";
@@ -256,8 +359,8 @@ void Connection::close(const char* reason, bool reset_client, bool reset_upstrea
     closing_ = true;
     if (state_ == State::splicing && up_) up_->active--;
     KPRISM_DEBUG("connection closed", {{"reason", reason},
-                                     {"upstream", up_ ? up_->name : std::string("-")},
-                                     {"duration_ms", static_cast<uint64_t>(uv_now(srv_.loop()) - started_ms_)}});
+                                       {"upstream", up_ ? up_->name : std::string("-")},
+                                       {"duration_ms", static_cast<uint64_t>(uv_now(srv_.loop()) - started_ms_)}});
     if (timer_open_) {
         timer_open_ = false;
         uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);

@@ -1,4 +1,4 @@
-// Selection policies (random, least-connections) and the eligibility rules around them.
+// Selection policies (random, least-connections, latency) and the eligibility rules around them.
 #include "kprism/policy.h"
 
 #include "kprism/random.h"
@@ -12,23 +12,44 @@ public:
     const char* name() const override { return "random"; }
 };
 
+// Fewest active connections; ties broken uniformly at random (reservoir of size one).
+Upstream* least_connections(Upstream* const* c, size_t n) {
+    Upstream* best = nullptr;
+    size_t ties = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (!best || c[i]->active < best->active) {
+            best = c[i];
+            ties = 1;
+        } else if (c[i]->active == best->active && random_below(++ties) == 0) {
+            best = c[i];
+        }
+    }
+    return best;
+}
+
 class LeastConnectionsPolicy final : public Policy {
 public:
-    // Fewest active connections; ties broken uniformly at random (reservoir of size one).
+    Upstream* choose(Upstream* const* c, size_t n) override { return least_connections(c, n); }
+    const char* name() const override { return "least-connections"; }
+};
+
+// Random within the nearest tier of ready upstreams (probe RTT, with hysteresis; see
+// UpstreamPool::update_tiers). Readiness is decided before this runs, so speed never wins over it.
+class LatencyPolicy final : public Policy {
+public:
     Upstream* choose(Upstream* const* c, size_t n) override {
-        Upstream* best = nullptr;
-        size_t ties = 0;
-        for (size_t i = 0; i < n; ++i) {
-            if (!best || c[i]->active < best->active) {
-                best = c[i];
-                ties = 1;
-            } else if (c[i]->active == best->active && random_below(++ties) == 0) {
-                best = c[i];
-            }
-        }
+        Upstream* tier[kMaxUpstreams];
+        size_t t = 0;
+        for (size_t i = 0; i < n; ++i)
+            if (c[i]->fast_tier) tier[t++] = c[i];
+        if (t > 0) return tier[random_below(t)];
+        // No tier member left untried: the lowest measured RTT, unmeasured last.
+        Upstream* best = c[0];
+        for (size_t i = 1; i < n; ++i)
+            if (c[i]->rtt_ms >= 0 && (best->rtt_ms < 0 || c[i]->rtt_ms < best->rtt_ms)) best = c[i];
         return best;
     }
-    const char* name() const override { return "least-connections"; }
+    const char* name() const override { return "latency"; }
 };
 
 }  // namespace
@@ -36,25 +57,42 @@ public:
 std::unique_ptr<Policy> make_policy(std::string_view name) {
     if (name == "random") return std::make_unique<RandomPolicy>();
     if (name == "least-connections") return std::make_unique<LeastConnectionsPolicy>();
+    if (name == "latency") return std::make_unique<LatencyPolicy>();
     return nullptr;
 }
 
-Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now) {
-    Upstream* candidates[kMaxUpstreams];
-    size_t n = 0;
-    Upstream* fallback = nullptr;
+Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback) {
+    Upstream* up[kMaxUpstreams];
+    Upstream* in_zone[kMaxUpstreams];
+    Upstream* unknown[kMaxUpstreams];
+    Upstream* down[kMaxUpstreams];
+    size_t n_up = 0, n_zone = 0, n_unknown = 0, n_down = 0;
+    Upstream* backoff = nullptr;
+    bool zone_up = false;
     for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
         Upstream& u = pool[i];
+        bool is_zone = !pool.node_zone.empty() && u.zone == pool.node_zone;
+        if (is_zone && u.available(now)) zone_up = true;
         if ((tried >> i) & 1 || !u.resolved) continue;
         if (u.available(now)) {
-            candidates[n++] = &u;
-        } else if (!fallback || (u.healthy && !fallback->healthy) ||
-                   (u.healthy == fallback->healthy && u.retry_at_ms < fallback->retry_at_ms)) {
-            fallback = &u;
+            up[n_up++] = &u;
+            if (is_zone) in_zone[n_zone++] = &u;
+        } else if (u.in_backoff(now)) {
+            if (!backoff || u.retry_at_ms < backoff->retry_at_ms) backoff = &u;
+        } else if (u.health == Health::unknown) {
+            unknown[n_unknown++] = &u;
+        } else {
+            down[n_down++] = &u;
         }
     }
-    if (n > 0) return policy.choose(candidates, n);
-    return fallback;
+    // While an up upstream in the node's zone exists, stay in the zone (untried ones first, then
+    // the rest of the up ones as retries).
+    if (zone_up && n_zone > 0) return policy.choose(in_zone, n_zone);
+    if (n_up > 0) return policy.choose(up, n_up);
+    if (!fallback) return nullptr;
+    if (n_unknown > 0) return policy.choose(unknown, n_unknown);
+    if (n_down > 0) return policy.choose(down, n_down);
+    return backoff;
 }
 
 }  // namespace kprism

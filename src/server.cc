@@ -15,8 +15,16 @@ namespace {
 uv_handle_t* h(void* p) { return static_cast<uv_handle_t*>(p); }
 }  // namespace
 
-Server::Server(uv_loop_t* loop, Config cfg) : loop_(loop), cfg_(std::move(cfg)), policy_(make_policy(cfg_.s.policy)) {
-    for (const auto& e : cfg_.endpoints) ups_.add(e.addr);
+Server::Server(uv_loop_t* loop, Config cfg)
+    : loop_(loop),
+      cfg_(std::move(cfg)),
+      policy_(make_policy(cfg_.s.policy)),
+      tls_(cfg_.s.client_cert, cfg_.s.client_key, cfg_.s.ca_file) {
+    for (const auto& e : cfg_.endpoints) ups_.add(e.addr, e.zone, e.server_name);
+    ups_.node_zone = cfg_.s.zone;
+    ups_.policy.rise = static_cast<uint32_t>(cfg_.s.health_rise);
+    ups_.policy.fall = static_cast<uint32_t>(cfg_.s.health_fall);
+    ups_.on_change = [this](Upstream& u, Health old) { on_health_change(u, old); };
 }
 
 Server::~Server() = default;
@@ -60,6 +68,12 @@ bool Server::start(std::string& error) {
     if (any_hostname) {
         auto every = static_cast<uint64_t>(cfg_.s.resolve_interval.count());
         uv_timer_start(&resolve_timer_, on_resolve_timer, every, every);
+    }
+    // First probes spread over up to a second (kprism restarts on many nodes at once after a
+    // rollout); after that every checker drifts on its own jittered period.
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        checkers_.push_back(std::make_unique<HealthChecker>(*this, ups_[i]));
+        checkers_.back()->start(random_below(std::min<uint64_t>(1000, cfg_.s.health_interval.count())));
     }
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
@@ -135,6 +149,77 @@ void Server::connection_closed(Connection* c) {
     if (draining_ && active_ == 0) finish();
 }
 
+bool Server::fallback_allowed() const {
+    return cfg_.s.fail_mode == "fail-open" || tls_.get() == nullptr || ups_.up_count() > 0;
+}
+
+void Server::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down) {
+    bool was_unauthorized = u.has_result && u.last_result == CheckResult::unauthorized;
+    if (r == CheckResult::unauthorized && !was_unauthorized)
+        log::error("health check unauthorized: the apiserver does not accept kprism's client certificate; this is "
+                   "a misconfiguration, not an unready apiserver",
+                   {{"upstream", u.name}, {"error", error}, {"client_cert", cfg_.s.client_cert},
+                    {"subject", tls_.subject()}});
+    ups_.record(u, r, error, explicit_down, uv_now(loop_));
+}
+
+void Server::passive_failure(Upstream& u, const char* reason) {
+    uint64_t now = uv_now(loop_);
+    ++stats_.connect_failures;
+    ups_.connect_failed(u, reason, now);
+    CheckResult r = std::string_view(reason).find("timeout") != std::string_view::npos ||
+                            std::string_view(reason) == "no response"
+                        ? CheckResult::timeout
+                        : CheckResult::connect_failed;
+    // Without a client certificate there are no checks, so passive failures only order the fallback.
+    if (tls_.get() && u.health != Health::down) ups_.record(u, r, fmt::format("client connection: {}", reason), false, now);
+    if (u.index < checkers_.size()) checkers_[u.index]->check_soon();
+}
+
+// Down: spread closes of its established connections over close_spread, unless that would leave
+// nothing ready. Also the one line per fail-open episode.
+void Server::on_health_change(Upstream& u, Health old) {
+    size_t up = ups_.up_count();
+    if (u.health == Health::down && old == Health::up && cfg_.s.close_on_down) {
+        if (up == 0) {
+            log::warn("not closing connections of the down upstream: no other upstream is up",
+                      {{"upstream", u.name}, {"connections", u.active}});
+        } else if (u.active > 0) {
+            auto spread = static_cast<uint64_t>(cfg_.s.close_spread.count());
+            log::info("closing connections of the down upstream",
+                      {{"upstream", u.name}, {"connections", u.active}, {"spread", format_duration(cfg_.s.close_spread)}});
+            for (Connection* c = conns_; c; c = c->next)
+                if (c->upstream() == &u && c->splicing()) c->close_later_for_down(spread ? random_below(spread) : 0);
+        }
+    }
+    bool all_judged = true;
+    for (size_t i = 0; i < ups_.size(); ++i) all_judged = all_judged && ups_[i].health != Health::unknown;
+    if (up == 0 && (all_judged || old == Health::up) && !failing_open_) {
+        failing_open_ = true;
+        ++stats_.fail_open_episodes;
+        log::error(cfg_.s.fail_mode == "fail-open" ? "no upstream ready: failing open, connections go to every endpoint"
+                                                   : "no upstream ready: failing closed, new connections are refused",
+                   {{"upstreams", static_cast<uint64_t>(ups_.size())}});
+    } else if (up > 0 && failing_open_) {
+        failing_open_ = false;
+        log::info("an upstream is ready again: fail-open over", {{"upstream", u.name}});
+    }
+}
+
+void Server::note_client_failed(uint32_t attempts) {
+    ++stats_.client_failures;
+    uint64_t now = uv_now(loop_);
+    if (now - last_client_fail_log_ >= 1000 || last_client_fail_log_ == 0) {
+        log::warn("client connection failed", {{"reason", fallback_allowed() ? "every upstream failed" : "no upstream ready (fail-closed)"},
+                                               {"attempts", attempts},
+                                               {"suppressed", suppressed_client_fails_}});
+        last_client_fail_log_ = now;
+        suppressed_client_fails_ = 0;
+    } else {
+        ++suppressed_client_fails_;
+    }
+}
+
 void Server::note_rejected() {
     ++stats_.rejected;
     uint64_t now = uv_now(loop_);
@@ -208,6 +293,7 @@ void Server::finish() {
     if (finished_) return;
     finished_ = true;
     for (auto& l : listeners_) l->close();
+    for (auto& c : checkers_) c->close();
     for (size_t i = 0; i < ups_.size(); ++i)
         if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
     for (void* p : {static_cast<void*>(&sig_term_), static_cast<void*>(&sig_int_), static_cast<void*>(&sig_usr1_),
@@ -224,13 +310,21 @@ void Server::log_stats() {
                         {"accept_errors", stats_.accept_errors},
                         {"client_failures", stats_.client_failures},
                         {"connect_failures", stats_.connect_failures},
+                        {"replayed", stats_.replayed},
+                        {"closed_for_down", stats_.closed_for_down},
+                        {"fail_open_episodes", stats_.fail_open_episodes},
                         {"buffers_in_use", static_cast<uint64_t>(pool_.in_use())},
                         {"buffers_free", static_cast<uint64_t>(pool_.free_count())}});
     uint64_t now = uv_now(loop_);
     for (size_t i = 0; i < ups_.size(); ++i) {
         const Upstream& u = ups_[i];
         log::info("upstream stats", {{"upstream", u.name},
+                                     {"health", health_name(u.health)},
                                      {"available", u.available(now)},
+                                     {"last_result", u.has_result ? result_name(u.last_result) : "-"},
+                                     {"rtt_ms", fmt::format("{:.3f}", u.rtt_ms)},
+                                     {"full_handshakes", u.full_handshakes},
+                                     {"resumed_handshakes", u.resumed_handshakes},
                                      {"active", u.active},
                                      {"total", u.total},
                                      {"connect_failures", u.connect_failures},

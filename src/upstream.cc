@@ -1,4 +1,5 @@
-// Upstream bookkeeping: passive failure backoff with jitter, and the log line for each change.
+// Upstream bookkeeping: the rise/fall state machine, passive backoff with jitter, latency tiers,
+// and the one log line for each change.
 #include "kprism/upstream.h"
 
 #include <fmt/format.h>
@@ -9,11 +10,34 @@
 
 namespace kprism {
 
-void UpstreamPool::add(const HostPort& addr) {
+const char* result_name(CheckResult r) {
+    switch (r) {
+    case CheckResult::ready: return "ready";
+    case CheckResult::not_ready: return "not_ready";
+    case CheckResult::timeout: return "timeout";
+    case CheckResult::connect_failed: return "connect_failed";
+    case CheckResult::tls_failed: return "tls_failed";
+    case CheckResult::unauthorized: return "unauthorized";
+    }
+    return "?";
+}
+
+const char* health_name(Health h) {
+    switch (h) {
+    case Health::unknown: return "unknown";
+    case Health::up: return "up";
+    case Health::down: return "down";
+    }
+    return "?";
+}
+
+void UpstreamPool::add(const HostPort& addr, std::string zone, std::string server_name) {
     auto u = std::make_unique<Upstream>();
     u->index = ups_.size();
     u->addr = addr;
     u->name = addr.str();
+    u->zone = std::move(zone);
+    u->server_name = std::move(server_name);
     if (addr.is_ip) {
         ip_to_sockaddr(addr.host, addr.port, u->sa);
         u->resolved = true;
@@ -29,25 +53,96 @@ void UpstreamPool::connect_failed(Upstream& u, const char* reason, uint64_t now)
     u.backoff_ms = u.backoff_ms == 0 ? kBackoffMinMs : std::min(u.backoff_ms * 2, kBackoffMaxMs);
     uint64_t wait = jitter(u.backoff_ms, 0.2);
     u.retry_at_ms = now + wait;
-    if (!was_in_backoff)
-        log::warn("upstream unavailable", {{"upstream", u.name},
-                                           {"reason", reason},
-                                           {"failures", u.consecutive_failures},
-                                           {"retry_in", format_duration(Duration{static_cast<int64_t>(wait)})}});
+    if (!was_in_backoff && u.health != Health::up)
+        log::warn("upstream connect failed", {{"upstream", u.name},
+                                              {"reason", reason},
+                                              {"health", health_name(u.health)},
+                                              {"failures", u.consecutive_failures},
+                                              {"retry_in", format_duration(Duration{static_cast<int64_t>(wait)})}});
 }
 
 void UpstreamPool::connect_succeeded(Upstream& u) {
-    if (u.consecutive_failures > 0)
-        log::info("upstream available", {{"upstream", u.name}, {"reason", "connect succeeded"},
-                                         {"after_failures", u.consecutive_failures}});
     u.consecutive_failures = 0;
     u.backoff_ms = 0;
     u.retry_at_ms = 0;
 }
 
+void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, uint64_t now) {
+    Health old = u.health;
+    if (old == h) return;
+    u.health = h;
+    u.last_change_ms = now;
+    u.rises = u.falls = 0;
+    auto level = h == Health::up ? log::Level::info : log::Level::warn;
+    log::write(level, h == Health::up ? "upstream up" : "upstream down",
+               {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}});
+    update_tiers();
+    if (on_change) on_change(u, old);
+}
+
+bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now) {
+    Health before = u.health;
+    bool class_changed = !u.has_result || u.last_result != r;
+    u.has_result = true;
+    u.last_result = r;
+    u.last_error = error;
+    ++u.checks[static_cast<int>(r)];
+    std::string reason = error.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), error);
+    if (r == CheckResult::ready) {
+        u.last_ready_ms = now;
+        u.falls = 0;
+        if (u.health == Health::unknown) set_health(u, Health::up, reason, now);
+        else if (u.health == Health::down && ++u.rises >= policy.rise) set_health(u, Health::up, reason, now);
+        else if (u.health == Health::down && class_changed)
+            log::info("health check passed", {{"upstream", u.name}, {"rises", u.rises}, {"need", policy.rise}});
+    } else {
+        u.rises = 0;
+        if (u.health == Health::unknown) {
+            set_health(u, Health::down, reason, now);
+        } else if (u.health == Health::up) {
+            ++u.falls;
+            if (explicit_down || u.falls >= policy.fall) set_health(u, Health::down, reason, now);
+            else
+                log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)},
+                                                  {"error", error}, {"falls", u.falls}, {"need", policy.fall}});
+        } else if (class_changed) {
+            log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)}, {"error", error},
+                                              {"health", "down"}});
+        }
+    }
+    return u.health != before;
+}
+
+void UpstreamPool::record_rtt(Upstream& u, double rtt_ms) {
+    u.rtt_ms = u.rtt_ms < 0 ? rtt_ms : 0.7 * u.rtt_ms + 0.3 * rtt_ms;
+    update_tiers();
+}
+
+// The nearest tier: up upstreams whose RTT is close to the best one. Hysteresis keeps a member in
+// until it is clearly slower (2x + 1 ms) and lets a newcomer in only when clearly close (1.5x + 0.5 ms).
+void UpstreamPool::update_tiers() {
+    double best = -1;
+    for (auto& u : ups_)
+        if (u->health == Health::up && u->rtt_ms >= 0 && (best < 0 || u->rtt_ms < best)) best = u->rtt_ms;
+    for (auto& u : ups_) {
+        if (u->health != Health::up || u->rtt_ms < 0 || best < 0) {
+            u->fast_tier = false;
+            continue;
+        }
+        if (u->fast_tier) u->fast_tier = u->rtt_ms <= best * 2 + 1.0;
+        else u->fast_tier = u->rtt_ms <= best * 1.5 + 0.5;
+    }
+}
+
 size_t UpstreamPool::available_count(uint64_t now) const {
     size_t n = 0;
     for (const auto& u : ups_) n += u->available(now);
+    return n;
+}
+
+size_t UpstreamPool::up_count() const {
+    size_t n = 0;
+    for (const auto& u : ups_) n += u->health == Health::up;
     return n;
 }
 

@@ -16,8 +16,16 @@
 namespace kprism {
 
 // Raw settings as written by the user, one member per schema option (see kOptions in config.cc).
+// Per-endpoint extras, only from the TOML inline-table form {address = ..., zone = ..., server_name = ...}.
+struct EndpointMeta {
+    std::string zone;
+    std::string server_name;
+    bool operator==(const EndpointMeta&) const = default;
+};
+
 struct Settings {
     std::vector<std::string> endpoints;
+    std::map<std::string, EndpointMeta> endpoint_meta;  // keyed by the endpoint string
     std::vector<std::string> bind_address{"127.0.0.1"};
     int64_t bind_port = 7445;
     bool allow_non_loopback = false;
@@ -25,7 +33,20 @@ struct Settings {
     int64_t health_port = 7446;
     Duration health_interval{5000};
     Duration health_timeout{3000};
+    Duration health_fast_interval{1000};
+    int64_t health_rise = 2;
+    int64_t health_fall = 2;
+    std::string health_path = "/readyz";
+    std::string client_cert = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+    std::string client_key = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+    std::string ca_file = "/etc/kubernetes/pki/ca.crt";
+    std::string server_name;  // SNI and name to verify; empty: the endpoint's host
     std::string policy = "random";
+    std::string zone;  // this node's zone; upstreams in it are preferred while any is ready
+    std::string fail_mode = "fail-open";
+    Duration first_response_timeout{2000};
+    bool close_on_down = true;
+    Duration close_spread{1000};
     Duration connect_timeout{2000};
     Duration drain_timeout{30000};
     int64_t max_connections = 10000;
@@ -57,6 +78,8 @@ const std::vector<OptionDef>& options();
 
 struct Endpoint {
     HostPort addr;
+    std::string zone;
+    std::string server_name;
     std::string origin;  // where it was configured, for error messages
 };
 

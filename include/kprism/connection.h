@@ -4,6 +4,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kprism/policy.h"
 
@@ -22,6 +23,10 @@ public:
     // Starts closing (idempotent). `reset` sends RST to the client instead of FIN.
     void close(const char* reason, bool reset_client = false, bool reset_upstream = false);
 
+    // The upstream went down: close this connection after `delay_ms` unless it recovers (or it
+    // would leave nothing ready) by then.
+    void close_later_for_down(uint64_t delay_ms);
+
     bool closing() const { return closing_; }
     bool splicing() const { return state_ == State::splicing; }
     Upstream* upstream() const { return up_; }
@@ -32,6 +37,7 @@ public:
 
 private:
     enum class State { connecting, splicing };
+    enum class TimerFor { none, connect, first_response, down };
 
     // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
     struct Side {
@@ -56,6 +62,10 @@ private:
     void release(Side& s);
     void on_read(Side& from, Side& to, ssize_t nread);
     void maybe_finish();
+    void answered();
+    void keep_first_flight(const char* p, size_t n);
+    static constexpr size_t kMaxFirstFlight = 16 * 1024;
+    bool try_replay(const char* why);
     Side& side_of(uv_handle_t* h) { return reinterpret_cast<uv_tcp_t*>(h) == &client_.tcp ? client_ : upstream_; }
     Side& other(Side& s) { return &s == &client_ ? upstream_ : client_; }
     void handle_closed();
@@ -82,6 +92,11 @@ private:
     bool closing_ = false;
     bool timer_open_ = false;
     uint64_t started_ms_ = 0;
+    TimerFor timer_for_ = TimerFor::none;
+    // Until the upstream sends its first byte, a copy of the client's bytes (bounded, e.g. a TLS
+    // ClientHello) is kept so a silent upstream can be swapped for another. Empty otherwise.
+    bool awaiting_answer_ = false;
+    std::string first_flight_;
 };
 
 }  // namespace kprism

@@ -9,8 +9,8 @@
 
 namespace kprism {
 
-// A policy chooses among candidates that are all eligible; eligibility (readiness, backoff,
-// already tried) is decided by pick_upstream() so a new policy only ranks.
+// A policy ranks candidates that are all eligible; eligibility (readiness, zone, already tried)
+// is decided by pick_upstream() so a new policy only chooses.
 class Policy {
 public:
     virtual ~Policy() = default;
@@ -18,15 +18,19 @@ public:
     virtual const char* name() const = 0;
 };
 
-std::unique_ptr<Policy> make_policy(std::string_view name);  // "random", "least-connections"; nullptr if unknown
+// "random", "least-connections", "latency"; nullptr if unknown.
+std::unique_ptr<Policy> make_policy(std::string_view name);
 
 // Bit i set = upstream i already tried by this connection. Endpoint lists hold at most 64.
 using TriedSet = uint64_t;
 constexpr size_t kMaxUpstreams = 64;
 
-// Picks the next upstream for a connection: an available, untried one chosen by `policy`; when
-// none is available, the untried one whose backoff ends first (a client fails only when every
-// upstream has failed it). Returns nullptr when every resolved upstream has been tried.
-Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now);
+// Picks the next upstream for a connection:
+//  1. an untried upstream that is up, preferring the node's zone while any up upstream is there;
+//  2. else, if `fallback` (fail-open), an untried one that is not up: unknown before down, then
+//     out of passive backoff before in it (earliest retry first) - a client fails only when every
+//     upstream has failed it;
+//  3. else nullptr.
+Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback = true);
 
 }  // namespace kprism

@@ -9,8 +9,10 @@
 
 #include "kprism/buffer_pool.h"
 #include "kprism/config.h"
+#include "kprism/health_check.h"
 #include "kprism/listener.h"
 #include "kprism/policy.h"
+#include "kprism/tls_context.h"
 #include "kprism/upstream.h"
 
 namespace kprism {
@@ -23,6 +25,9 @@ struct Stats {
     uint64_t accept_errors = 0;   // EMFILE and friends
     uint64_t client_failures = 0; // every upstream failed a client
     uint64_t connect_failures = 0;
+    uint64_t replayed = 0;         // moved to another upstream before any answer
+    uint64_t closed_for_down = 0;  // established connections closed because their upstream went down
+    uint64_t fail_open_episodes = 0;
 };
 
 // Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
@@ -52,8 +57,17 @@ public:
     bool over_connection_limit() const { return active_ > static_cast<size_t>(cfg_.s.max_connections); }
     void note_rejected();
     void note_accept_error(int status);
-    void note_client_failed() { ++stats_.client_failures; }
-    void note_connect_failed() { ++stats_.connect_failures; }
+    void note_client_failed(uint32_t attempts);
+    void note_replayed() { ++stats_.replayed; }
+    void note_closed_for_down() { ++stats_.closed_for_down; }
+    // May a connection go to upstreams that are not up (fail-open, or nothing to check with)?
+    bool fallback_allowed() const;
+
+    // Health: results of probes, and passive signals from the data path (a failed client connect,
+    // an upstream that did not answer): counted like a failed check, and a probe is started.
+    TlsClientContext& tls() { return tls_; }
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
+    void passive_failure(Upstream& u, const char* reason);
 
     // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
     void begin_shutdown(const char* why);
@@ -63,6 +77,7 @@ private:
     void close_all(const char* reason);
     void finish();
     void resolve(Upstream& u);
+    void on_health_change(Upstream& u, Health old);
     static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
     static void on_signal(uv_signal_t* s, int signum);
     static void on_drain_timeout(uv_timer_t* t);
@@ -75,6 +90,11 @@ private:
     std::unique_ptr<Policy> policy_;
     Stats stats_;
     std::vector<std::unique_ptr<Listener>> listeners_;
+    TlsClientContext tls_;
+    std::vector<std::unique_ptr<HealthChecker>> checkers_;  // index = upstream index
+    bool failing_open_ = false;
+    uint64_t last_client_fail_log_ = 0;
+    uint64_t suppressed_client_fails_ = 0;
     Connection* conns_ = nullptr;  // head of the intrusive list
     size_t active_ = 0;
     uv_signal_t sig_term_{}, sig_int_{}, sig_usr1_{}, sig_hup_{};

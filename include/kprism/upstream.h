@@ -1,10 +1,12 @@
-// Upstream (kube-apiserver) state: address, availability, passive failure backoff and counters.
+// Upstream (kube-apiserver) state: address, readiness verdict with rise/fall, passive failure
+// backoff, latency tier and counters.
 #pragma once
 
 #include <netinet/in.h>
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,12 +15,20 @@
 
 namespace kprism {
 
-// Why an upstream may not receive new connections. Health checking (readiness) adds its own
-// verdict in `healthy`; passive detection (failed client connects) adds a backoff window.
+// The outcome classes of one readiness check.
+enum class CheckResult { ready, not_ready, timeout, connect_failed, tls_failed, unauthorized };
+const char* result_name(CheckResult r);
+
+// unknown: no verdict yet (start-up, or no client certificate to check with).
+enum class Health { unknown, up, down };
+const char* health_name(Health h);
+
 struct Upstream {
     size_t index = 0;
     HostPort addr;
     std::string name;  // addr.str(), for logs
+    std::string zone;
+    std::string server_name;  // SNI / verified name; empty: addr.host
 
     // Address to connect to; for hostnames filled by the resolver.
     sockaddr_storage sa{};
@@ -27,11 +37,23 @@ struct Upstream {
     bool resolving = false;
     bool resolve_failed_logged = false;
 
-    // Passive detection: consecutive failed connects put the upstream in backoff until retry_at.
+    // Readiness, decided by health checks (rise/fall) and passive signals.
+    Health health = Health::unknown;
+    uint32_t rises = 0;  // consecutive ready results while down
+    uint32_t falls = 0;  // consecutive failures while up
+    bool has_result = false;
+    CheckResult last_result = CheckResult::ready;
+    std::string last_error;
+    uint64_t last_change_ms = 0;
+    uint64_t last_ready_ms = 0;
+    double rtt_ms = -1;  // EWMA of the probe's TCP connect time; -1 until measured
+    bool fast_tier = false;  // in the nearest latency tier (latency policy)
+
+    // Passive detection: consecutive failed client connects back the upstream off until retry_at.
+    // Orders the fallback when nothing is up (fail-open), e.g. during kubelet TLS bootstrap.
     uint32_t consecutive_failures = 0;
     uint64_t retry_at_ms = 0;  // loop time (uv_now); 0 = no backoff
     uint64_t backoff_ms = 0;
-    bool healthy = true;  // set by the health checker; true while no checker runs
 
     // Counters.
     uint32_t active = 0;
@@ -39,30 +61,52 @@ struct Upstream {
     uint64_t connect_failures = 0;
     uint64_t bytes_to_upstream = 0;
     uint64_t bytes_from_upstream = 0;
+    uint64_t checks[6] = {};  // per CheckResult
+    uint64_t resumed_handshakes = 0;
+    uint64_t full_handshakes = 0;
 
     bool in_backoff(uint64_t now) const { return retry_at_ms != 0 && now < retry_at_ms; }
     // May receive new connections in normal operation.
-    bool available(uint64_t now) const { return resolved && healthy && !in_backoff(now); }
+    bool available(uint64_t) const { return resolved && health == Health::up; }
+};
+
+struct HealthPolicy {
+    uint32_t rise = 2;
+    uint32_t fall = 2;
 };
 
 class UpstreamPool {
 public:
     UpstreamPool() = default;
-    void add(const HostPort& addr);
+    void add(const HostPort& addr, std::string zone = "", std::string server_name = "");
     size_t size() const { return ups_.size(); }
     Upstream& operator[](size_t i) { return *ups_[i]; }
     const Upstream& operator[](size_t i) const { return *ups_[i]; }
+
+    std::string node_zone;  // prefer upstreams in this zone while any there is up
+    HealthPolicy policy;
+    // Called after an upstream's health changed (old value given).
+    std::function<void(Upstream&, Health)> on_change;
 
     // Passive signals from the data path. `reason` is logged on a state change only.
     void connect_failed(Upstream& u, const char* reason, uint64_t now);
     void connect_succeeded(Upstream& u);
 
+    // Applies one check result with rise/fall. `explicit_down` marks the apiserver's own verdict
+    // (HTTP 5xx), which takes an up upstream down at once. Returns true if health changed.
+    bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now);
+    // Feeds a probe's connect time into the EWMA and recomputes latency tiers.
+    void record_rtt(Upstream& u, double rtt_ms);
+
     size_t available_count(uint64_t now) const;
+    size_t up_count() const;
 
     static constexpr uint64_t kBackoffMinMs = 1000;
     static constexpr uint64_t kBackoffMaxMs = 30000;
 
 private:
+    void set_health(Upstream& u, Health h, const std::string& reason, uint64_t now);
+    void update_tiers();
     std::vector<std::unique_ptr<Upstream>> ups_;
 };
 

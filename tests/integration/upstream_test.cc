@@ -31,7 +31,7 @@ TEST(Upstream, RefusedIsRetriedOnAnother) {
     Kprism k({refused_endpoint(), refused_endpoint(), up.endpoint()});
     for (int i = 0; i < 30; ++i) EXPECT_TRUE(echo_ok(k.port)) << i;
     EXPECT_EQ(k.stat("client_failures"), 0);
-    EXPECT_TRUE(k.wait_output("msg=\"upstream unavailable\""));
+    EXPECT_TRUE(k.wait_output("msg=\"upstream connect failed\""));
     EXPECT_TRUE(k.wait_output("reason=\"connection refused\""));
 }
 

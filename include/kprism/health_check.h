@@ -1,0 +1,80 @@
+// The readiness probe of one upstream: TCP connect, TLS with the kubelet's client certificate
+// (OpenSSL over memory BIOs, socket I/O on the libuv loop), GET /readyz, classified result.
+#pragma once
+
+#include <openssl/ssl.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kprism/http_response.h"
+#include "kprism/upstream.h"
+
+namespace kprism {
+
+class Server;
+
+// Owned by the Server (one per upstream). Its handles are closed by close(); the memory is
+// released with the Server after the loop has stopped. Each probe opens a new TCP connection so
+// a firewall that drops new connections shows up; TLS sessions are resumed to keep probes cheap.
+class HealthChecker {
+public:
+    HealthChecker(Server& srv, Upstream& u);
+    ~HealthChecker();
+    HealthChecker(const HealthChecker&) = delete;
+    HealthChecker& operator=(const HealthChecker&) = delete;
+
+    void start(uint64_t first_delay_ms);
+    // A passive signal suggests the upstream is sick: probe now unless one is running or the last
+    // one started under 250 ms ago.
+    void check_soon();
+    void close();
+
+    // For the SSL_CTX new-session callback.
+    static int on_new_session(SSL* ssl, SSL_SESSION* sess);
+
+private:
+    enum class Phase { idle, connecting, handshaking, awaiting_response };
+
+    void begin();
+    void drive();
+    void flush();
+    void conclude();
+    void fail_tls(const char* during);
+    void finish(CheckResult r, std::string error, bool explicit_down = false);
+    void schedule_next();
+    std::string request() const;
+
+    static void on_timer(uv_timer_t* t);
+    static void on_deadline(uv_timer_t* t);
+    static void on_connect(uv_connect_t* req, int status);
+    static void on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf);
+    static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*);
+    static void on_write(uv_write_t* req, int status);
+    static void on_tcp_closed(uv_handle_t* h);
+
+    Server& srv_;
+    Upstream& up_;
+    uv_timer_t timer_{};     // next probe
+    uv_timer_t deadline_{};  // timeout of the running probe
+    uv_tcp_t tcp_{};
+    uv_connect_t creq_{};
+    bool handles_open_ = false;
+    bool tcp_open_ = false;     // initialised and not yet closed
+    bool tcp_closing_ = false;  // uv_close called, callback pending
+    bool begin_when_closed_ = false;
+    Phase phase_ = Phase::idle;
+    SSL* ssl_ = nullptr;
+    BIO* rbio_ = nullptr;  // network -> OpenSSL (owned by ssl_)
+    BIO* wbio_ = nullptr;  // OpenSSL -> network (owned by ssl_)
+    SSL_SESSION* session_ = nullptr;
+    uint64_t session_generation_ = 0;
+    HttpResponseParser parser_;
+    uint64_t started_ms_ = 0;
+    uint64_t connect_started_ns_ = 0;
+    uint64_t probes_ = 0;
+    char rbuf_[16384];
+};
+
+}  // namespace kprism

@@ -1,0 +1,43 @@
+// Bounded parser of the HTTP/1.x response to a readiness probe; the upstream is untrusted input.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace kprism {
+
+// Feed bytes as they arrive; the parser stops at `max_bytes` in total. It is done once the status
+// line and headers are complete and either the body is complete (Content-Length), a short excerpt
+// of it has been read, or the peer closed. It never allocates beyond `max_bytes`.
+class HttpResponseParser {
+public:
+    enum class State { need_more, done, error };
+
+    explicit HttpResponseParser(size_t max_bytes = 16384, size_t body_excerpt = 1024)
+        : max_(max_bytes), excerpt_max_(body_excerpt) {}
+
+    State feed(const char* p, size_t n);
+    State eof();  // the peer closed the stream
+    State state() const { return state_; }
+
+    int status() const { return status_; }
+    // The first bytes of the body with control characters replaced, for logs ("[-]etcd failed...").
+    std::string body_excerpt() const;
+    const std::string& error() const { return error_; }
+
+private:
+    State parse();
+    State fail(std::string why);
+
+    size_t max_;
+    size_t excerpt_max_;
+    std::string buf_;
+    State state_ = State::need_more;
+    int status_ = 0;
+    size_t header_end_ = 0;  // offset of the body, once known
+    long long content_length_ = -1;
+    std::string error_;
+};
+
+}  // namespace kprism

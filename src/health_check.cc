@@ -1,0 +1,350 @@
+// Readiness probes: scheduling with jitter, the connect -> TLS -> request -> response phases, and
+// turning each outcome into one of the result classes.
+#include "kprism/health_check.h"
+
+#include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#include <cstring>
+
+#include "kprism/log.h"
+#include "kprism/random.h"
+#include "kprism/server.h"
+#include "kprism/tls_context.h"
+#include "kprism/version.h"
+
+namespace kprism {
+
+namespace {
+
+int ex_index() {
+    static int idx = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+    return idx;
+}
+
+struct WriteReq {
+    uv_write_t req;
+    std::string data;
+};
+
+// TLS alerts a server sends when it does not accept our client certificate.
+bool client_cert_rejected(int reason) {
+    switch (reason) {
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+    case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+        return true;
+    default:
+        return false;
+    }
+}
+
+}  // namespace
+
+HealthChecker::HealthChecker(Server& srv, Upstream& u) : srv_(srv), up_(u) {}
+
+HealthChecker::~HealthChecker() {
+    if (ssl_) SSL_free(ssl_);
+    if (session_) SSL_SESSION_free(session_);
+}
+
+void HealthChecker::start(uint64_t first_delay_ms) {
+    uv_timer_init(srv_.loop(), &timer_);
+    uv_timer_init(srv_.loop(), &deadline_);
+    timer_.data = deadline_.data = this;
+    handles_open_ = true;
+    uv_timer_start(&timer_, on_timer, first_delay_ms, 0);
+}
+
+void HealthChecker::close() {
+    if (!handles_open_) return;
+    handles_open_ = false;
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&deadline_), nullptr);
+    if (tcp_open_) {
+        tcp_open_ = false;
+        tcp_closing_ = true;
+        uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_tcp_closed);
+    }
+    begin_when_closed_ = false;
+}
+
+void HealthChecker::check_soon() {
+    if (!handles_open_ || phase_ != Phase::idle) return;
+    uint64_t now = uv_now(srv_.loop());
+    if (probes_ > 0 && now - started_ms_ < 250) return;
+    uv_timer_start(&timer_, on_timer, 0, 0);  // from the loop, not from the caller's stack
+}
+
+void HealthChecker::on_timer(uv_timer_t* t) { static_cast<HealthChecker*>(t->data)->begin(); }
+
+void HealthChecker::begin() {
+    if (!handles_open_ || phase_ != Phase::idle) return;
+    if (tcp_closing_) {
+        begin_when_closed_ = true;
+        return;
+    }
+    uint64_t now = uv_now(srv_.loop());
+    started_ms_ = now;
+    ++probes_;
+    TlsClientContext& tls = srv_.tls();
+    SSL_CTX* ctx = tls.refresh(now);
+    if (!ctx || !up_.resolved) {
+        // Nothing to check with (kubelet TLS bootstrap) or no address yet: the upstream stays
+        // as it is and the selection fails open. Look again at the fast interval.
+        uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.health_fast_interval.count()), 0);
+        return;
+    }
+    if (tls.generation() != session_generation_) {  // new certificate: never resume the old identity
+        if (session_) SSL_SESSION_free(session_);
+        session_ = nullptr;
+        session_generation_ = tls.generation();
+    }
+    SSL_CTX_sess_set_new_cb(ctx, on_new_session);
+    parser_ = HttpResponseParser();
+    int r = uv_tcp_init_ex(srv_.loop(), &tcp_, up_.sa.ss_family);
+    if (r != 0) {
+        log::warn("cannot create health check socket", {{"upstream", up_.name}, {"error", uv_strerror(r)}});
+        schedule_next();
+        return;
+    }
+    tcp_.data = this;
+    tcp_open_ = true;
+    uv_tcp_nodelay(&tcp_, 1);
+    phase_ = Phase::connecting;
+    creq_.data = this;
+    connect_started_ns_ = uv_hrtime();
+    uv_timer_start(&deadline_, on_deadline, static_cast<uint64_t>(srv_.config().s.health_timeout.count()), 0);
+    r = uv_tcp_connect(&creq_, &tcp_, reinterpret_cast<const sockaddr*>(&up_.sa), on_connect);
+    if (r != 0) finish(CheckResult::connect_failed, uv_strerror(r));
+}
+
+void HealthChecker::on_connect(uv_connect_t* req, int status) {
+    auto* self = static_cast<HealthChecker*>(req->data);
+    if (status == UV_ECANCELED || self->phase_ != Phase::connecting) return;
+    if (status != 0) {
+        self->finish(CheckResult::connect_failed, uv_strerror(status));
+        return;
+    }
+    double rtt = static_cast<double>(uv_hrtime() - self->connect_started_ns_) / 1e6;
+    self->srv_.upstreams().record_rtt(self->up_, rtt);
+
+    SSL* ssl = SSL_new(self->srv_.tls().get());
+    self->ssl_ = ssl;
+    self->rbio_ = BIO_new(BIO_s_mem());
+    self->wbio_ = BIO_new(BIO_s_mem());
+    BIO_set_mem_eof_return(self->rbio_, -1);  // "no data yet", until the socket reaches EOF
+    SSL_set_bio(ssl, self->rbio_, self->wbio_);
+    SSL_set_connect_state(ssl);
+    SSL_set_ex_data(ssl, ex_index(), self);
+    const Upstream& u = self->up_;
+    const std::string& cfg_name = self->srv_.config().s.server_name;
+    std::string name = !u.server_name.empty() ? u.server_name : !cfg_name.empty() ? cfg_name : u.addr.host;
+    sockaddr_storage tmp;
+    if (ip_to_sockaddr(name, 0, tmp)) {
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+    } else {
+        SSL_set_tlsext_host_name(ssl, name.c_str());
+        SSL_set1_host(ssl, name.c_str());
+    }
+    if (self->session_) SSL_set_session(ssl, self->session_);
+    self->phase_ = Phase::handshaking;
+    uv_read_start(reinterpret_cast<uv_stream_t*>(&self->tcp_), on_alloc, on_read);
+    self->drive();
+}
+
+int HealthChecker::on_new_session(SSL* ssl, SSL_SESSION* sess) {
+    auto* self = static_cast<HealthChecker*>(SSL_get_ex_data(ssl, ex_index()));
+    if (!self || !SSL_SESSION_is_resumable(sess)) return 0;
+    if (self->session_) SSL_SESSION_free(self->session_);
+    self->session_ = sess;  // we keep the reference OpenSSL hands us
+    return 1;
+}
+
+std::string HealthChecker::request() const {
+    std::string host = up_.server_name.empty() ? up_.addr.str() : up_.server_name;
+    return fmt::format(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json, */*\r\nConnection: "
+        "close\r\n\r\n",
+        srv_.config().s.health_path, host, kVersion);
+}
+
+// One step of the TLS client: handshake, then the request, then the response; whatever OpenSSL
+// wants to send is flushed to the socket.
+void HealthChecker::drive() {
+    if (phase_ == Phase::handshaking) {
+        ERR_clear_error();
+        int r = SSL_do_handshake(ssl_);
+        if (r != 1) {
+            int e = SSL_get_error(ssl_, r);
+            flush();
+            if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) fail_tls("TLS handshake");
+            return;
+        }
+        if (SSL_session_reused(ssl_)) ++up_.resumed_handshakes;
+        else ++up_.full_handshakes;
+        phase_ = Phase::awaiting_response;
+        std::string req = request();
+        SSL_write(ssl_, req.data(), static_cast<int>(req.size()));  // memory BIO: never partial
+    }
+    if (phase_ == Phase::awaiting_response) {
+        char buf[4096];
+        for (;;) {
+            ERR_clear_error();
+            int n = SSL_read(ssl_, buf, sizeof buf);
+            if (n > 0) {
+                if (parser_.feed(buf, static_cast<size_t>(n)) != HttpResponseParser::State::need_more) {
+                    conclude();
+                    return;
+                }
+                continue;
+            }
+            int e = SSL_get_error(ssl_, n);
+            if (e == SSL_ERROR_WANT_READ) break;
+            if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)) {
+                parser_.eof();
+                conclude();
+                return;
+            }
+            fail_tls("reading the response");
+            return;
+        }
+    }
+    flush();
+}
+
+void HealthChecker::flush() {
+    char buf[16384];
+    for (;;) {
+        int n = BIO_read(wbio_, buf, sizeof buf);
+        if (n <= 0) return;
+        auto* w = new WriteReq;
+        w->data.assign(buf, static_cast<size_t>(n));
+        w->req.data = w;
+        uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
+        if (uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&tcp_), &b, 1, on_write) != 0) {
+            delete w;
+            return;
+        }
+    }
+}
+
+void HealthChecker::on_write(uv_write_t* req, int) { delete static_cast<WriteReq*>(req->data); }
+
+void HealthChecker::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
+    auto* self = static_cast<HealthChecker*>(h->data);
+    *buf = uv_buf_init(self->rbuf_, sizeof self->rbuf_);
+}
+
+void HealthChecker::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
+    auto* self = static_cast<HealthChecker*>(s->data);
+    if (self->phase_ == Phase::idle || n == 0) return;
+    if (n > 0) {
+        BIO_write(self->rbio_, self->rbuf_, static_cast<int>(n));
+    } else if (n == UV_EOF) {
+        BIO_set_mem_eof_return(self->rbio_, 0);
+    } else {
+        self->finish(self->phase_ == Phase::handshaking ? CheckResult::tls_failed : CheckResult::not_ready,
+                     fmt::format("connection error: {}", uv_strerror(static_cast<int>(n))));
+        return;
+    }
+    self->drive();
+    if (n == UV_EOF && self->phase_ == Phase::handshaking)
+        self->finish(CheckResult::tls_failed, "connection closed during the TLS handshake");
+}
+
+void HealthChecker::fail_tls(const char* during) {
+    long verify = SSL_get_verify_result(ssl_);
+    if (verify != X509_V_OK) {
+        finish(CheckResult::tls_failed,
+               fmt::format("apiserver certificate not accepted: {}", X509_verify_cert_error_string(verify)));
+        return;
+    }
+    unsigned long e = ERR_peek_last_error();
+    if (e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL && client_cert_rejected(ERR_GET_REASON(e))) {
+        std::string why = ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "alert";
+        ERR_clear_error();
+        finish(CheckResult::unauthorized, fmt::format("apiserver rejected the client certificate ({})", why));
+        return;
+    }
+    std::string err = openssl_error();
+    if (e == 0) err = "connection closed";
+    finish(CheckResult::tls_failed, fmt::format("{} failed: {}", during, err));
+}
+
+void HealthChecker::conclude() {
+    if (parser_.state() == HttpResponseParser::State::error) {
+        finish(CheckResult::not_ready, fmt::format("bad response: {}", parser_.error()));
+        return;
+    }
+    int code = parser_.status();
+    if (code == 200) {
+        finish(CheckResult::ready, "");
+        return;
+    }
+    std::string body = parser_.body_excerpt();
+    if (body.size() > 200) body.resize(200);
+    std::string err = body.empty() ? fmt::format("HTTP {}", code) : fmt::format("HTTP {}: {}", code, body);
+    if (code == 401 || code == 403) {
+        finish(CheckResult::unauthorized, err);
+        return;
+    }
+    finish(CheckResult::not_ready, err, code >= 500);
+}
+
+void HealthChecker::on_deadline(uv_timer_t* t) {
+    auto* self = static_cast<HealthChecker*>(t->data);
+    const char* what = self->phase_ == Phase::connecting    ? "no TCP connect"
+                       : self->phase_ == Phase::handshaking ? "no TLS handshake"
+                                                            : "no response";
+    self->finish(CheckResult::timeout, fmt::format("{} within {}", what, format_duration(self->srv_.config().s.health_timeout)));
+}
+
+void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down) {
+    if (phase_ == Phase::idle) return;
+    phase_ = Phase::idle;
+    uv_timer_stop(&deadline_);
+    if (ssl_) {
+        SSL_free(ssl_);  // frees both BIOs; a session OpenSSL handed us stays in session_
+        ssl_ = nullptr;
+        rbio_ = wbio_ = nullptr;
+    }
+    if (tcp_open_) {
+        tcp_open_ = false;
+        tcp_closing_ = true;
+        uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_tcp_closed);
+    }
+    KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
+    srv_.record_check(up_, r, error, explicit_down);
+    schedule_next();
+}
+
+void HealthChecker::on_tcp_closed(uv_handle_t* h) {
+    auto* self = static_cast<HealthChecker*>(h->data);
+    self->tcp_closing_ = false;
+    if (self->begin_when_closed_) {
+        self->begin_when_closed_ = false;
+        self->begin();
+    }
+}
+
+// Start-to-start period: the interval, or the fast interval while the verdict is in flux, scaled
+// by a random factor in [0.8, 1.0] so thousands of nodes drift apart and never exceed it.
+void HealthChecker::schedule_next() {
+    if (!handles_open_) return;
+    const Settings& s = srv_.config().s;
+    bool fast = up_.health == Health::unknown || (up_.health == Health::up && up_.falls > 0) ||
+                (up_.health == Health::down && up_.rises > 0);
+    uint64_t period = static_cast<uint64_t>((fast ? s.health_fast_interval : s.health_interval).count());
+    period = period - random_below(period / 5 + 1);
+    uint64_t elapsed = uv_now(srv_.loop()) - started_ms_;
+    uv_timer_start(&timer_, on_timer, period > elapsed ? period - elapsed : 0, 0);
+}
+
+}  // namespace kprism
