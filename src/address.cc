@@ -34,17 +34,23 @@ bool parse_port(std::string_view s, uint16_t& out, std::string* err) {
     return true;
 }
 
+// RFC 1123 names: labels of 1-63 letters, digits, '-' (not at either end) or '_', dot-separated.
 static bool valid_hostname(std::string_view h) {
     if (h.empty() || h.size() > 253) return false;
-    size_t label = 0;
-    for (char c : h) {
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-                  c == '_';
-        if (!ok) return false;
-        label = c == '.' ? 0 : label + 1;
-        if (label > 63) return false;
+    if (h.back() == '.') h.remove_suffix(1);  // a fully qualified name may end with a dot
+    size_t start = 0;
+    while (start <= h.size()) {
+        size_t dot = h.find('.', start);
+        if (dot == std::string_view::npos) dot = h.size();
+        std::string_view label = h.substr(start, dot - start);
+        if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+        for (char c : label)
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_'))
+                return false;
+        start = dot + 1;
     }
-    return h.front() != '.' && h.front() != '-';
+    // All-numeric dotted names ("256.1.1.1", "1.2.3") are malformed IPv4, not hostnames.
+    return h.find_first_not_of("0123456789.") != std::string_view::npos;
 }
 
 bool parse_host_port(std::string_view s, HostPort& out, std::string* err) {

@@ -4,8 +4,13 @@
 #include <fmt/format.h>
 
 #define TOML_HEADER_ONLY 1
+// toml++ 3.3 asserts (abort) on some malformed table headers such as "[" or "[[[a]]]"; with the
+// assert off it reports a normal parse error instead.
+#define TOML_ASSERT(expr) static_cast<void>(0)
 #define TOML_ENABLE_FORMATTERS 0
 #include <toml++/toml.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <fstream>
@@ -315,6 +320,10 @@ void walk_table(const toml::table& t, const std::string& prefix, std::string_vie
         std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
         std::string where = loc(file, k.source().begin.line ? k.source() : v.source());
         if (v.is_table()) {
+            if (const OptionDef* scalar = find_key(key)) {
+                errors.push_back(fmt::format("{}: {}: want {}, not a table", where, key, type_name(*scalar)));
+                continue;
+            }
             if (!is_section(key)) {
                 errors.push_back(
                     fmt::format("{}: unknown section [{}]{}", where, key, did_you_mean(key, [](auto& o) {
@@ -339,6 +348,21 @@ void walk_table(const toml::table& t, const std::string& prefix, std::string_vie
         }
         origin[key] = where;
     }
+}
+
+// Same host (IP literals compared as addresses, names case-insensitively) and port.
+bool same_endpoint(const HostPort& x, const HostPort& y) {
+    if (x.port != y.port) return false;
+    if (x.is_ip && y.is_ip) {
+        sockaddr_storage a, b;
+        ip_to_sockaddr(x.host, x.port, a);
+        ip_to_sockaddr(y.host, y.port, b);
+        return sockaddr_str(reinterpret_cast<sockaddr*>(&a)) == sockaddr_str(reinterpret_cast<sockaddr*>(&b));
+    }
+    std::string a = x.host, b = y.host;
+    std::transform(a.begin(), a.end(), a.begin(), ::tolower);
+    std::transform(b.begin(), b.end(), b.begin(), ::tolower);
+    return a == b;
 }
 
 bool is_ip_literal(std::string_view host, sockaddr_storage& ss, uint16_t port) { return ip_to_sockaddr(host, port, ss); }
@@ -369,10 +393,7 @@ void validate(Config& c, std::vector<std::string>& errors) {
             ep.server_name = m->second.server_name;
         }
         for (auto& seen : c.endpoints) {
-            std::string a = seen.addr.host, b = ep.addr.host;
-            std::transform(a.begin(), a.end(), a.begin(), ::tolower);
-            std::transform(b.begin(), b.end(), b.begin(), ::tolower);
-            if (a == b && seen.addr.port == ep.addr.port) {
+            if (same_endpoint(seen.addr, ep.addr)) {
                 fail("endpoints", fmt::format("duplicate endpoint '{}'", e));
                 goto next;
             }
@@ -559,6 +580,11 @@ bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& e
         if (!finish(cl, c, errors)) return false;
         out = std::move(c);
         return true;
+    }
+    struct stat st;
+    if (::stat(cl.config_file.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        errors.push_back(fmt::format("{}: cannot read config file: not a regular file", cl.config_file));
+        return false;
     }
     std::ifstream f(cl.config_file, std::ios::binary);
     if (!f) {

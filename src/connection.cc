@@ -64,9 +64,11 @@ void Connection::start_attempt() {
     }
     ++attempts_;
     tried_ |= TriedSet{1} << up_->index;
+    up_->active++;  // counted from the pick, so a burst of accepts spreads under least-connections
     int r = uv_tcp_init_ex(srv_.loop(), &upstream_.tcp, up_->sa.ss_family);
     if (r != 0) {
         log::warn("cannot create upstream socket", {{"upstream", up_->name}, {"error", uv_strerror(r)}});
+        up_->active--;
         up_ = nullptr;
         close("cannot create upstream socket", true);
         return;
@@ -129,6 +131,7 @@ void Connection::attempt_failed(const char* reason, bool upstream_fault) {
     uv_timer_stop(&timer_);
     timer_for_ = TimerFor::none;
     Upstream* u = up_;
+    u->active--;
     if (upstream_fault) srv_.passive_failure(*u, reason);
     KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
     up_ = nullptr;
@@ -177,7 +180,6 @@ bool Connection::try_replay(const char* why) {
 void Connection::start_splicing() {
     state_ = State::splicing;
     srv_.upstreams().connect_succeeded(*up_);
-    up_->active++;
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
     uv_read_start(stream(upstream_.tcp), on_alloc, on_read_cb);
@@ -232,7 +234,8 @@ void Connection::answered() {
 }
 
 void Connection::close_later_for_down(uint64_t delay_ms) {
-    if (closing_ || state_ != State::splicing || awaiting_answer_) return;  // awaiting: the replay timer decides
+    // A connection whose first flight awaits an answer is moved by its first-response timer instead.
+    if (closing_ || state_ != State::splicing || (awaiting_answer_ && !first_flight_.empty())) return;
     timer_for_ = TimerFor::down;
     uv_timer_start(&timer_, on_timer, delay_ms, 0);
 }
@@ -357,7 +360,7 @@ void Connection::maybe_finish() {
 void Connection::close(const char* reason, bool reset_client, bool reset_upstream) {
     if (closing_) return;
     closing_ = true;
-    if (state_ == State::splicing && up_) up_->active--;
+    if (up_) up_->active--;
     KPRISM_DEBUG("connection closed", {{"reason", reason},
                                        {"upstream", up_ ? up_->name : std::string("-")},
                                        {"duration_ms", static_cast<uint64_t>(uv_now(srv_.loop()) - started_ms_)}});

@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <cstdint>
 
 namespace kprism {
@@ -31,39 +30,51 @@ std::optional<Duration> parse_duration(std::string_view s, std::string* error) {
         return std::nullopt;
     }
     if (s == "0") return Duration{0};
-    double total_ns = 0;
+    // Whole nanoseconds in integers, so "1ns" is exactly 1 and never rounds to a millisecond.
+    constexpr int64_t kMaxNs = int64_t{86400} * 365 * 1000000000;
+    int64_t total_ns = 0;
     size_t i = 0;
+    auto bad = [&](std::string msg) -> std::optional<Duration> {
+        fail(error, std::move(msg));
+        return std::nullopt;
+    };
     while (i < s.size()) {
         size_t start = i;
         while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
         std::string_view num = s.substr(start, i - start);
-        if (num.empty() || num == "." || num.find('.') != num.rfind('.')) {
-            fail(error, fmt::format("invalid duration '{}' (want e.g. 500ms, 5s, 1m30s)", s));
-            return std::nullopt;
-        }
+        size_t dot = num.find('.');
+        if (num.empty() || num == "." || dot != num.rfind('.'))
+            return bad(fmt::format("invalid duration '{}' (want e.g. 500ms, 5s, 1m30s)", s));
         size_t ustart = i;
         while (i < s.size() && !((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
         std::string_view unit = s.substr(ustart, i - ustart);
         const Unit* found = nullptr;
         for (const auto& u : kUnits)
             if (u.name == unit) found = &u;
-        if (!found) {
-            fail(error, unit.empty() ? fmt::format("missing unit in duration '{}' (want e.g. 5s)", s)
-                                     : fmt::format("unknown unit '{}' in duration '{}'", unit, s));
-            return std::nullopt;
+        if (!found)
+            return bad(unit.empty() ? fmt::format("missing unit in duration '{}' (want e.g. 5s)", s)
+                                    : fmt::format("unknown unit '{}' in duration '{}'", unit, s));
+        const auto unit_ns = static_cast<int64_t>(found->ns);
+        std::string_view whole = num.substr(0, dot), frac = dot == std::string_view::npos ? "" : num.substr(dot + 1);
+        if (whole.size() > 12) return bad(fmt::format("duration '{}' is too large", s));
+        int64_t w = 0;
+        for (char c : whole) w = w * 10 + (c - '0');
+        int64_t part = w * unit_ns;
+        int64_t scale = unit_ns;
+        for (char c : frac) {  // digits beyond the unit's nanosecond resolution must be zero
+            if (scale % 10 != 0) {
+                if (c != '0') return bad(fmt::format("duration '{}' is finer than a nanosecond", s));
+                continue;
+            }
+            scale /= 10;
+            part += (c - '0') * scale;
         }
-        total_ns += std::strtod(std::string(num).c_str(), nullptr) * found->ns;
-        if (total_ns > 1e9 * 86400 * 365) {
-            fail(error, fmt::format("duration '{}' is too large", s));
-            return std::nullopt;
-        }
+        total_ns += part;
+        if (part > kMaxNs || total_ns > kMaxNs) return bad(fmt::format("duration '{}' is too large", s));
     }
-    double ms = total_ns / 1e6;
-    if (std::fabs(ms - std::round(ms)) > 1e-6) {
-        fail(error, fmt::format("duration '{}' is not a whole number of milliseconds", s));
-        return std::nullopt;
-    }
-    return Duration{static_cast<int64_t>(std::llround(ms))};
+    if (total_ns % 1000000 != 0)
+        return bad(fmt::format("duration '{}' is not a whole number of milliseconds", s));
+    return Duration{total_ns / 1000000};
 }
 
 std::string format_duration(Duration d) {

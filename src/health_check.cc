@@ -132,9 +132,6 @@ void HealthChecker::on_connect(uv_connect_t* req, int status) {
         self->finish(CheckResult::connect_failed, uv_strerror(status));
         return;
     }
-    double rtt = static_cast<double>(uv_hrtime() - self->connect_started_ns_) / 1e6;
-    self->srv_.upstreams().record_rtt(self->up_, rtt);
-
     SSL* ssl = SSL_new(self->srv_.tls().get());
     self->ssl_ = ssl;
     self->rbio_ = BIO_new(BIO_s_mem());
@@ -187,6 +184,8 @@ void HealthChecker::drive() {
             if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) fail_tls("TLS handshake");
             return;
         }
+        // Probe RTT: connect plus TLS handshake, the round trips a client pays before its request.
+        srv_.upstreams().record_rtt(up_, static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e6);
         if (SSL_session_reused(ssl_)) ++up_.resumed_handshakes;
         else ++up_.full_handshakes;
         phase_ = Phase::awaiting_response;
@@ -308,9 +307,14 @@ void HealthChecker::on_deadline(uv_timer_t* t) {
 
 void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down) {
     if (phase_ == Phase::idle) return;
+    const bool phase_was_response = phase_ == Phase::awaiting_response && r != CheckResult::tls_failed &&
+                                    r != CheckResult::timeout;
     phase_ = Phase::idle;
     uv_timer_stop(&deadline_);
     if (ssl_) {
+        // A probe that got an HTTP answer ended well at the TLS level: mark it shut down so that
+        // SSL_free does not flag the session as unresumable (we close without close_notify).
+        if (phase_was_response) SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
         SSL_free(ssl_);  // frees both BIOs; a session OpenSSL handed us stays in session_
         ssl_ = nullptr;
         rbio_ = wbio_ = nullptr;

@@ -87,7 +87,6 @@ SSL_CTX* TlsClientContext::refresh(uint64_t now_ms) {
     last_check_ms_ = now_ms;
     FileStamp c = FileStamp::of(cert_), k = FileStamp::of(key_), a = FileStamp::of(ca_);
     if (stamped_ && c == cert_st_ && k == key_st_ && a == ca_st_) return ctx_;
-    const bool first = !stamped_;
     stamped_ = true;
     cert_st_ = c;
     key_st_ = k;
@@ -112,6 +111,7 @@ SSL_CTX* TlsClientContext::refresh(uint64_t now_ms) {
                    {{"error", err}});
         return ctx_;
     }
+    const bool first = ctx_ == nullptr;
     SSL_CTX_free(ctx_);
     ctx_ = fresh;
     ++generation_;

@@ -49,11 +49,13 @@ void UpstreamPool::connect_failed(Upstream& u, const char* reason, uint64_t now)
     ++u.connect_failures;
     ++u.consecutive_failures;
     bool was_in_backoff = u.in_backoff(now);
-    // Exponential backoff x2 with +-20 % jitter, so nodes do not retry a recovering apiserver at once.
+    if (was_in_backoff) return;  // a burst of clients failing at once is one failure, not many
+    // Exponential backoff x2 with +-20 % jitter (capped), so nodes do not retry a recovering
+    // apiserver at once.
     u.backoff_ms = u.backoff_ms == 0 ? kBackoffMinMs : std::min(u.backoff_ms * 2, kBackoffMaxMs);
-    uint64_t wait = jitter(u.backoff_ms, 0.2);
+    uint64_t wait = std::min(jitter(u.backoff_ms, 0.2), kBackoffMaxMs);
     u.retry_at_ms = now + wait;
-    if (!was_in_backoff && u.health != Health::up)
+    if (u.health != Health::up)
         log::warn("upstream connect failed", {{"upstream", u.name},
                                               {"reason", reason},
                                               {"health", health_name(u.health)},

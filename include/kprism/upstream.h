@@ -46,7 +46,7 @@ struct Upstream {
     std::string last_error;
     uint64_t last_change_ms = 0;
     uint64_t last_ready_ms = 0;
-    double rtt_ms = -1;  // EWMA of the probe's TCP connect time; -1 until measured
+    double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
     bool fast_tier = false;  // in the nearest latency tier (latency policy)
 
     // Passive detection: consecutive failed client connects back the upstream off until retry_at.

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,6 +66,7 @@ Process::Process(std::vector<std::string> argv) {
         int devnull = open("/dev/null", O_RDONLY);
         dup2(devnull, 0);
         closefrom(3);  // the child must not inherit the test's listening sockets
+        prctl(PR_SET_PDEATHSIG, SIGKILL);  // and must not outlive a crashed test binary
         std::vector<char*> args;
         for (auto& a : argv) args.push_back(a.data());
         args.push_back(nullptr);

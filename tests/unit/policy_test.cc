@@ -1,4 +1,5 @@
-// Selection policies and pick_upstream eligibility (kprism/policy.h).
+// Selection policies, pick_upstream eligibility and UpstreamPool passive backoff / readiness
+// (kprism/policy.h, kprism/upstream.h).
 #include "kprism/policy.h"
 
 #include <gtest/gtest.h>
@@ -7,6 +8,8 @@
 #include <iterator>
 #include <map>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "kprism/log.h"
 #include "kprism/random.h"
@@ -16,18 +19,27 @@ namespace {
 
 constexpr uint64_t kNow = 100000;
 
+HostPort ip(const std::string& host, uint16_t port = 6443) {
+    HostPort hp;
+    hp.host = host;
+    hp.port = port;
+    hp.is_ip = true;
+    return hp;
+}
+
 class PickTest : public ::testing::Test {
 protected:
     void SetUp() override {
         log::set_level(log::Level::error);
         seed_random(42);
-        for (int i = 0; i < 3; ++i) {
-            HostPort hp;
-            hp.host = "10.0.0." + std::to_string(i + 1);
-            hp.port = 6443;
-            hp.is_ip = true;
-            pool.add(hp);
-        }
+        for (int i = 0; i < 3; ++i) pool.add(ip("10.0.0." + std::to_string(i + 1)));
+        for (size_t i = 0; i < 3; ++i) pool[i].health = Health::up;
+    }
+    void TearDown() override { log::set_level(log::Level::info); }
+    std::map<Upstream*, int> histogram(Policy& p, int n, TriedSet tried = 0) {
+        std::map<Upstream*, int> hits;
+        for (int i = 0; i < n; ++i) ++hits[pick_upstream(pool, p, tried, kNow)];
+        return hits;
     }
     UpstreamPool pool;
     std::unique_ptr<Policy> random = make_policy("random");
@@ -35,22 +47,21 @@ protected:
 };
 
 TEST(MakePolicy, Names) {
-    auto r = make_policy("random");
-    ASSERT_NE(r, nullptr);
-    EXPECT_STREQ(r->name(), "random");
-    auto l = make_policy("least-connections");
-    ASSERT_NE(l, nullptr);
-    EXPECT_STREQ(l->name(), "least-connections");
+    for (const char* name : {"random", "least-connections", "latency"}) {
+        auto p = make_policy(name);
+        ASSERT_NE(p, nullptr) << name;
+        EXPECT_STREQ(p->name(), name);
+    }
     EXPECT_EQ(make_policy("round-robin"), nullptr);
     EXPECT_EQ(make_policy(""), nullptr);
     EXPECT_EQ(make_policy("Random"), nullptr);
 }
 
-TEST_F(PickTest, PoolAddResolvesIpLiterals) {
+TEST_F(PickTest, PoolAdd) {
     ASSERT_EQ(pool.size(), 3u);
     for (size_t i = 0; i < 3; ++i) {
         EXPECT_EQ(pool[i].index, i);
-        EXPECT_TRUE(pool[i].resolved);
+        EXPECT_TRUE(pool[i].resolved) << "IP literals need no resolving";
         EXPECT_TRUE(pool[i].available(kNow));
     }
     EXPECT_EQ(pool[0].name, "10.0.0.1:6443");
@@ -59,21 +70,33 @@ TEST_F(PickTest, PoolAddResolvesIpLiterals) {
     HostPort name;
     name.host = "api.example.com";
     name.port = 6443;
-    pool.add(name);
+    pool.add(name, "zone-a", "api");
     EXPECT_FALSE(pool[3].resolved);
-    EXPECT_FALSE(pool[3].available(kNow));
+    EXPECT_EQ(pool[3].zone, "zone-a");
+    EXPECT_EQ(pool[3].server_name, "api");
+    pool[3].health = Health::up;
+    EXPECT_FALSE(pool[3].available(kNow)) << "unresolved is never available";
     EXPECT_EQ(pool.available_count(kNow), 3u);
 }
 
+TEST_F(PickTest, NewUpstreamStartsUnknownAndUnavailable) {
+    UpstreamPool p;
+    p.add(ip("10.0.0.9"));
+    EXPECT_EQ(p[0].health, Health::unknown);
+    EXPECT_FALSE(p[0].available(kNow));
+    EXPECT_EQ(p.up_count(), 0u);
+}
+
 TEST_F(PickTest, SkipsTried) {
-    TriedSet tried = 0b011;
-    for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_upstream(pool, *random, tried, kNow), &pool[2]);
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0b011, kNow), &pool[2]);
     for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_upstream(pool, *least, 0b101, kNow), &pool[1]);
 }
 
 TEST_F(PickTest, AllTriedReturnsNull) {
     EXPECT_EQ(pick_upstream(pool, *random, 0b111, kNow), nullptr);
     EXPECT_EQ(pick_upstream(pool, *least, ~TriedSet{0}, kNow), nullptr);
+    for (size_t i = 0; i < 3; ++i) pool[i].health = Health::down;
+    EXPECT_EQ(pick_upstream(pool, *random, 0b111, kNow), nullptr);
 }
 
 TEST_F(PickTest, EmptyPoolReturnsNull) {
@@ -81,19 +104,12 @@ TEST_F(PickTest, EmptyPoolReturnsNull) {
     EXPECT_EQ(pick_upstream(empty, *random, 0, kNow), nullptr);
 }
 
-TEST_F(PickTest, SkipsUnhealthy) {
-    pool[0].healthy = false;
-    pool[2].healthy = false;
+TEST_F(PickTest, SkipsNotUp) {
+    pool[0].health = Health::down;
+    pool[2].health = Health::unknown;
     for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[1]);
-}
-
-TEST_F(PickTest, SkipsBackoff) {
-    pool[0].retry_at_ms = kNow + 1;
-    pool[1].retry_at_ms = kNow + 5000;
-    for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[2]);
-    // Backoff over (now >= retry_at): eligible again.
-    pool[2].healthy = false;
-    EXPECT_EQ(pick_upstream(pool, *random, 0, kNow + 1), &pool[0]);
+    EXPECT_EQ(pool.available_count(kNow), 1u);
+    EXPECT_EQ(pool.up_count(), 1u);
 }
 
 TEST_F(PickTest, SkipsUnresolved) {
@@ -104,40 +120,113 @@ TEST_F(PickTest, SkipsUnresolved) {
     EXPECT_EQ(pick_upstream(pool, *random, 0b001, kNow), nullptr);
 }
 
+TEST_F(PickTest, NoFallbackWhenFailClosed) {
+    for (size_t i = 0; i < 3; ++i) pool[i].health = Health::down;
+    EXPECT_EQ(pick_upstream(pool, *random, 0, kNow, /*fallback=*/false), nullptr);
+    EXPECT_NE(pick_upstream(pool, *random, 0, kNow, /*fallback=*/true), nullptr);
+    pool[1].health = Health::up;
+    EXPECT_EQ(pick_upstream(pool, *random, 0, kNow, false), &pool[1]);
+}
+
+TEST_F(PickTest, FallbackUnknownBeforeDown) {
+    pool[0].health = Health::down;
+    pool[1].health = Health::unknown;
+    pool[2].health = Health::down;
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[1]);
+    // With the unknown one tried, both down ones are reachable.
+    auto hits = histogram(*random, 600, 0b010);
+    EXPECT_GT(hits[&pool[0]], 200);
+    EXPECT_GT(hits[&pool[2]], 200);
+    EXPECT_EQ(hits.count(&pool[1]), 0u);
+}
+
+TEST_F(PickTest, FallbackOutOfBackoffBeforeInBackoff) {
+    for (size_t i = 0; i < 3; ++i) pool[i].health = Health::down;
+    pool[0].retry_at_ms = kNow + 1000;
+    pool[1].retry_at_ms = kNow - 1;  // backoff already over
+    pool[2].retry_at_ms = kNow + 500;
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[1]);
+    // Then earliest retry first.
+    EXPECT_EQ(pick_upstream(pool, *random, 0b010, kNow), &pool[2]);
+    EXPECT_EQ(pick_upstream(pool, *random, 0b110, kNow), &pool[0]);
+    EXPECT_EQ(pick_upstream(pool, *random, 0b111, kNow), nullptr);
+}
+
 TEST_F(PickTest, FallbackEarliestRetryFirst) {
+    for (size_t i = 0; i < 3; ++i) pool[i].health = Health::down;
     pool[0].retry_at_ms = kNow + 3000;
     pool[1].retry_at_ms = kNow + 1000;
     pool[2].retry_at_ms = kNow + 2000;
     EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[1]);
     EXPECT_EQ(pick_upstream(pool, *random, 0b010, kNow), &pool[2]);
     EXPECT_EQ(pick_upstream(pool, *random, 0b110, kNow), &pool[0]);
-    EXPECT_EQ(pick_upstream(pool, *random, 0b111, kNow), nullptr);
     EXPECT_EQ(pick_upstream(pool, *least, 0, kNow), &pool[1]);
 }
 
-TEST_F(PickTest, AvailableBeatsFallback) {
-    pool[0].retry_at_ms = kNow + 10;
-    pool[1].healthy = false;
-    EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[2]);
-    // With the available one tried, a backoff-only upstream is preferred over an unhealthy one.
-    EXPECT_EQ(pick_upstream(pool, *random, 0b100, kNow), &pool[0]);
-    EXPECT_EQ(pick_upstream(pool, *random, 0b101, kNow), &pool[1]);
-}
-
-TEST_F(PickTest, FallbackWhenAllUnhealthy) {
-    for (size_t i = 0; i < 3; ++i) pool[i].healthy = false;
-    Upstream* u = pick_upstream(pool, *random, 0, kNow);
-    ASSERT_NE(u, nullptr);
-    // Every untried upstream is reachable by successive retries.
+TEST_F(PickTest, FallbackVisitsEveryUntriedUpstream) {
+    pool[0].health = Health::down;
+    pool[1].health = Health::unknown;
+    pool[2].health = Health::down;
+    pool[2].retry_at_ms = kNow + 10;
     TriedSet tried = 0;
     for (int i = 0; i < 3; ++i) {
         Upstream* p = pick_upstream(pool, *random, tried, kNow);
-        ASSERT_NE(p, nullptr);
+        ASSERT_NE(p, nullptr) << "attempt " << i;
         EXPECT_FALSE((tried >> p->index) & 1);
         tried |= TriedSet{1} << p->index;
     }
     EXPECT_EQ(tried, 0b111u);
     EXPECT_EQ(pick_upstream(pool, *random, tried, kNow), nullptr);
+}
+
+TEST_F(PickTest, UpBeatsAnyFallback) {
+    pool[0].health = Health::unknown;
+    pool[1].health = Health::down;
+    for (int i = 0; i < 20; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[2]);
+}
+
+// Passive backoff only orders the fallback; the health checker's "up" verdict wins.
+TEST_F(PickTest, UpInBackoffIsStillAvailable) {
+    pool[0].retry_at_ms = kNow + 5000;
+    EXPECT_TRUE(pool[0].in_backoff(kNow));
+    EXPECT_TRUE(pool[0].available(kNow));
+    EXPECT_GT(histogram(*random, 600)[&pool[0]], 100);
+}
+
+TEST_F(PickTest, ZonePreferredWhileUp) {
+    UpstreamPool z;
+    z.node_zone = "a";
+    z.add(ip("10.0.1.1"), "b");
+    z.add(ip("10.0.1.2"), "a");
+    z.add(ip("10.0.1.3"), "b");
+    z.add(ip("10.0.1.4"), "a");
+    for (size_t i = 0; i < z.size(); ++i) z[i].health = Health::up;
+    std::map<Upstream*, int> hits;
+    for (int i = 0; i < 1000; ++i) ++hits[pick_upstream(z, *random, 0, kNow)];
+    EXPECT_EQ(hits.size(), 2u);
+    EXPECT_GT(hits[&z[1]], 300);
+    EXPECT_GT(hits[&z[3]], 300);
+    // Retries leave the zone once its up upstreams are tried.
+    Upstream* r = pick_upstream(z, *random, 0b1010, kNow);
+    ASSERT_NE(r, nullptr);
+    EXPECT_NE(r->zone, "a");
+    // No up upstream in the zone: any up one.
+    z[1].health = Health::down;
+    z[3].health = Health::down;
+    r = pick_upstream(z, *random, 0, kNow);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->zone, "b");
+}
+
+TEST_F(PickTest, NoNodeZoneMeansNoPreference) {
+    UpstreamPool z;
+    z.add(ip("10.0.1.1"), "a");
+    z.add(ip("10.0.1.2"), "");
+    for (size_t i = 0; i < z.size(); ++i) z[i].health = Health::up;
+    std::map<Upstream*, int> hits;
+    for (int i = 0; i < 1000; ++i) ++hits[pick_upstream(z, *random, 0, kNow)];
+    EXPECT_GT(hits[&z[0]], 350);
+    EXPECT_GT(hits[&z[1]], 350);
 }
 
 TEST_F(PickTest, LeastConnectionsPicksMinimum) {
@@ -148,7 +237,7 @@ TEST_F(PickTest, LeastConnectionsPicksMinimum) {
     // The minimum among the untried ones.
     EXPECT_EQ(pick_upstream(pool, *least, 0b010, kNow), &pool[0]);
     // The minimum among the available ones.
-    pool[1].healthy = false;
+    pool[1].health = Health::down;
     EXPECT_EQ(pick_upstream(pool, *least, 0, kNow), &pool[0]);
 }
 
@@ -156,27 +245,58 @@ TEST_F(PickTest, LeastConnectionsBreaksTiesAcrossAll) {
     pool[0].active = 1;
     pool[1].active = 1;
     pool[2].active = 4;
-    std::map<Upstream*, int> hits;
-    for (int i = 0; i < 2000; ++i) ++hits[pick_upstream(pool, *least, 0, kNow)];
+    auto hits = histogram(*least, 2000);
     EXPECT_EQ(hits.count(&pool[2]), 0u);
     EXPECT_GT(hits[&pool[0]], 800);
     EXPECT_GT(hits[&pool[1]], 800);
 }
 
 TEST_F(PickTest, RandomDistributesAcrossAll) {
-    std::map<Upstream*, int> hits;
-    for (int i = 0; i < 3000; ++i) ++hits[pick_upstream(pool, *random, 0, kNow)];
+    auto hits = histogram(*random, 3000);
     ASSERT_EQ(hits.size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_GT(hits[&pool[i]], 800) << "upstream " << i;
 }
 
 TEST_F(PickTest, RandomDistributesAcrossAvailableOnly) {
-    pool[1].healthy = false;
-    std::map<Upstream*, int> hits;
-    for (int i = 0; i < 2000; ++i) ++hits[pick_upstream(pool, *random, 0, kNow)];
+    pool[1].health = Health::down;
+    auto hits = histogram(*random, 2000);
     EXPECT_EQ(hits.count(&pool[1]), 0u);
     EXPECT_GT(hits[&pool[0]], 800);
     EXPECT_GT(hits[&pool[2]], 800);
+}
+
+TEST_F(PickTest, LatencyPicksWithinFastTier) {
+    auto latency = make_policy("latency");
+    pool[0].fast_tier = true;
+    pool[0].rtt_ms = 1.0;
+    pool[1].fast_tier = false;
+    pool[1].rtt_ms = 20.0;
+    pool[2].fast_tier = true;
+    pool[2].rtt_ms = 1.2;
+    auto hits = histogram(*latency, 1000);
+    EXPECT_EQ(hits.count(&pool[1]), 0u);
+    EXPECT_GT(hits[&pool[0]], 350);
+    EXPECT_GT(hits[&pool[2]], 350);
+    // Tier exhausted by retries: lowest measured RTT among the rest, unmeasured last.
+    EXPECT_EQ(pick_upstream(pool, *latency, 0b101, kNow), &pool[1]);
+    pool[0].fast_tier = pool[2].fast_tier = false;
+    pool[0].rtt_ms = -1;
+    EXPECT_EQ(pick_upstream(pool, *latency, 0, kNow), &pool[2]);
+}
+
+TEST_F(PickTest, RttTiers) {
+    for (size_t i = 0; i < 3; ++i) pool[i].health = Health::down;
+    UpstreamPool& p = pool;
+    p[0].health = p[1].health = p[2].health = Health::up;
+    p.record_rtt(p[0], 1.0);
+    p.record_rtt(p[1], 1.4);   // within 1.5x + 0.5 ms of the best
+    p.record_rtt(p[2], 10.0);  // clearly slower
+    EXPECT_TRUE(p[0].fast_tier);
+    EXPECT_TRUE(p[1].fast_tier);
+    EXPECT_FALSE(p[2].fast_tier);
+    EXPECT_DOUBLE_EQ(p[0].rtt_ms, 1.0) << "first sample is taken as is";
+    p.record_rtt(p[0], 2.0);
+    EXPECT_DOUBLE_EQ(p[0].rtt_ms, 0.7 * 1.0 + 0.3 * 2.0) << "EWMA";
 }
 
 TEST(Random, SeedIsDeterministicAndBounded) {
@@ -201,9 +321,9 @@ protected:
     void SetUp() override {
         log::set_level(log::Level::error);
         seed_random(1234);
-        HostPort hp{"10.0.0.1", 6443, true};
-        pool.add(hp);
+        pool.add(ip("10.0.0.1"));
     }
+    void TearDown() override { log::set_level(log::Level::info); }
     UpstreamPool pool;
 };
 
@@ -216,10 +336,8 @@ TEST_F(BackoffTest, FirstFailure) {
     EXPECT_GE(u.retry_at_ms, kNow + 800);
     EXPECT_LE(u.retry_at_ms, kNow + 1200);
     EXPECT_TRUE(u.in_backoff(kNow));
-    EXPECT_FALSE(u.available(kNow));
-    EXPECT_EQ(pool.available_count(kNow), 0u);
+    EXPECT_TRUE(u.in_backoff(u.retry_at_ms - 1));
     EXPECT_FALSE(u.in_backoff(u.retry_at_ms));
-    EXPECT_TRUE(u.available(u.retry_at_ms));
 }
 
 TEST_F(BackoffTest, FirstFailureJitterRange) {
@@ -257,27 +375,106 @@ TEST_F(BackoffTest, DoublesUpToCap) {
 
 TEST_F(BackoffTest, SucceededResets) {
     Upstream& u = pool[0];
-    for (int i = 0; i < 4; ++i) pool.connect_failed(u, "refused", kNow);
+    // Each failure after the previous backoff window ended doubles it; failures inside a window
+    // (a burst of clients) do not.
+    uint64_t t = kNow;
+    for (int i = 0; i < 4; ++i) {
+        pool.connect_failed(u, "refused", t);
+        t = u.retry_at_ms;
+    }
     EXPECT_EQ(u.backoff_ms, 8000u);
+    pool.connect_failed(u, "refused", t - 1);
+    EXPECT_EQ(u.backoff_ms, 8000u);
+    pool.connect_failed(u, "refused", kNow);
     pool.connect_succeeded(u);
     EXPECT_EQ(u.consecutive_failures, 0u);
     EXPECT_EQ(u.backoff_ms, 0u);
     EXPECT_EQ(u.retry_at_ms, 0u);
-    EXPECT_EQ(u.connect_failures, 4u) << "lifetime counter is not reset";
+    EXPECT_EQ(u.connect_failures, 6u) << "lifetime counter is not reset";
     EXPECT_FALSE(u.in_backoff(kNow));
-    EXPECT_TRUE(u.available(kNow));
     // After a reset the next failure starts from the minimum again.
     pool.connect_failed(u, "refused", kNow);
     EXPECT_EQ(u.backoff_ms, 1000u);
     EXPECT_LE(u.retry_at_ms, kNow + 1200);
 }
 
-TEST_F(BackoffTest, SucceededOnHealthyIsNoop) {
+TEST_F(BackoffTest, SucceededOnFreshUpstreamIsNoop) {
     Upstream& u = pool[0];
     pool.connect_succeeded(u);
     EXPECT_EQ(u.consecutive_failures, 0u);
     EXPECT_EQ(u.retry_at_ms, 0u);
-    EXPECT_TRUE(u.available(kNow));
+    EXPECT_FALSE(u.in_backoff(kNow));
+}
+
+// ---- readiness (rise/fall) ----
+
+class HealthTest : public BackoffTest {
+protected:
+    void SetUp() override {
+        BackoffTest::SetUp();
+        pool.policy.rise = 2;
+        pool.policy.fall = 2;
+        pool.on_change = [this](Upstream& u, Health old) { changes.emplace_back(u.index, old, u.health); };
+    }
+    bool rec(CheckResult r, bool explicit_down = false) { return pool.record(pool[0], r, "", explicit_down, now += 1000); }
+    std::vector<std::tuple<size_t, Health, Health>> changes;
+    uint64_t now = kNow;
+};
+
+TEST_F(HealthTest, FirstResultDecidesAtOnce) {
+    EXPECT_TRUE(rec(CheckResult::ready));
+    EXPECT_EQ(pool[0].health, Health::up);
+    ASSERT_EQ(changes.size(), 1u);
+    EXPECT_EQ(std::get<1>(changes[0]), Health::unknown);
+    EXPECT_EQ(std::get<2>(changes[0]), Health::up);
+    EXPECT_EQ(pool[0].last_change_ms, now);
+
+    UpstreamPool p2;
+    p2.add(ip("10.0.0.2"));
+    EXPECT_TRUE(p2.record(p2[0], CheckResult::timeout, "slow", false, kNow));
+    EXPECT_EQ(p2[0].health, Health::down);
+    EXPECT_EQ(p2[0].last_error, "slow");
+}
+
+TEST_F(HealthTest, FallNeedsConsecutiveFailures) {
+    rec(CheckResult::ready);
+    EXPECT_FALSE(rec(CheckResult::not_ready));
+    EXPECT_EQ(pool[0].health, Health::up);
+    EXPECT_FALSE(rec(CheckResult::ready)) << "a success resets the fall count";
+    EXPECT_FALSE(rec(CheckResult::connect_failed));
+    EXPECT_EQ(pool[0].health, Health::up);
+    EXPECT_TRUE(rec(CheckResult::timeout));
+    EXPECT_EQ(pool[0].health, Health::down);
+    EXPECT_EQ(pool[0].checks[static_cast<int>(CheckResult::ready)], 2u);
+    EXPECT_EQ(pool[0].checks[static_cast<int>(CheckResult::timeout)], 1u);
+}
+
+TEST_F(HealthTest, ExplicitDownIsImmediate) {
+    rec(CheckResult::ready);
+    EXPECT_TRUE(rec(CheckResult::not_ready, /*explicit_down=*/true));
+    EXPECT_EQ(pool[0].health, Health::down);
+}
+
+TEST_F(HealthTest, RiseNeedsConsecutiveSuccesses) {
+    rec(CheckResult::timeout);
+    ASSERT_EQ(pool[0].health, Health::down);
+    EXPECT_FALSE(rec(CheckResult::ready));
+    EXPECT_FALSE(rec(CheckResult::tls_failed)) << "a failure resets the rise count";
+    EXPECT_FALSE(rec(CheckResult::ready));
+    EXPECT_EQ(pool[0].health, Health::down);
+    EXPECT_TRUE(rec(CheckResult::ready));
+    EXPECT_EQ(pool[0].health, Health::up);
+    EXPECT_EQ(pool.up_count(), 1u);
+    ASSERT_EQ(changes.size(), 2u);
+    EXPECT_EQ(std::get<1>(changes[1]), Health::down);
+}
+
+TEST(HealthNames, All) {
+    EXPECT_STREQ(health_name(Health::unknown), "unknown");
+    EXPECT_STREQ(health_name(Health::up), "up");
+    EXPECT_STREQ(health_name(Health::down), "down");
+    EXPECT_STREQ(result_name(CheckResult::ready), "ready");
+    EXPECT_STREQ(result_name(CheckResult::unauthorized), "unauthorized");
 }
 
 }  // namespace
