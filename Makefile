@@ -32,7 +32,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test unit integration asan clean install deps run demo FORCE
+.PHONY: all test unit integration asan clean install deps run demo bench-failover FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -60,6 +60,14 @@ $(BUILD)/tests/unit: $(UNIT_SRCS) $(BUILD)/libkprism.a | $(BUILD)/tests
 
 $(BUILD)/tests/integration: $(IT_SRCS) $(HARNESS_SRCS) $(BUILD)/libkprism.a | $(BUILD)/tests
 	$(CXX) $(CXXFLAGS) -Itests $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GTEST_LIBS)
+
+$(BUILD)/bench/failover: bench/failover.cc $(HARNESS_SRCS) $(BUILD)/libkprism.a
+	mkdir -p $(BUILD)/bench
+	$(CXX) $(CXXFLAGS) -Itests $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
+
+# Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
+bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
 
 unit: $(BUILD)/tests/unit
 	$(BUILD)/tests/unit

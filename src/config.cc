@@ -4,9 +4,6 @@
 #include <fmt/format.h>
 
 #define TOML_HEADER_ONLY 1
-// toml++ 3.3 asserts (abort) on some malformed table headers such as "[" or "[[[a]]]"; with the
-// assert off it reports a normal parse error instead.
-#define TOML_ASSERT(expr) static_cast<void>(0)
 #define TOML_ENABLE_FORMATTERS 0
 #include <toml++/toml.h>
 
@@ -68,6 +65,8 @@ const std::vector<OptionDef>& options() {
         {"health.ca_file", "ca-file", &S::ca_file, "CA bundle that signed the apiservers' serving certificates"},
         {"health.server_name", "server-name", &S::server_name,
          "TLS server name (SNI) and the name verified in the apiserver's certificate; default: the endpoint's host"},
+        {"health.tls_resumption", "health-tls-resumption", &S::health_tls_resumption,
+         "resume TLS sessions between probes (a resumed probe costs the apiserver no full handshake)"},
         {"tcp.nodelay", "tcp-nodelay", &S::tcp_nodelay, "set TCP_NODELAY on both sides"},
         {"tcp.keepalive", "tcp-keepalive", &S::tcp_keepalive, "idle time before TCP keepalive probes (0: off)", 0,
          7200 * kSec},
@@ -557,10 +556,58 @@ static bool finish(const CommandLine& cl, Config& c, std::vector<std::string>& e
     return errors.empty();
 }
 
+// toml++ 3.3 aborts (assertion) or worse on table headers whose first key character is invalid,
+// such as "[", "[[[a]]]", "[=]" or "[#]" (fixed upstream after 3.3). Table headers are found
+// here first - a line starting with '[' outside any open array - and rejected with a normal error.
+static bool check_table_headers(std::string_view text, std::string_view name, std::vector<std::string>& errors) {
+    int depth = 0;  // open '[' of arrays, outside strings and comments
+    size_t line_no = 1;
+    size_t pos = 0;
+    while (pos < text.size()) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string_view::npos) end = text.size();
+        std::string_view line = text.substr(pos, end - pos);
+        size_t i = line.find_first_not_of(" \t");
+        if (depth == 0 && i != std::string_view::npos && line[i] == '[') {
+            size_t k = i + 1;
+            if (k < line.size() && line[k] == '[') ++k;
+            while (k < line.size() && (line[k] == ' ' || line[k] == '\t')) ++k;
+            char c = k < line.size() ? line[k] : '\0';
+            bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '-' || c == '"' || c == '\'';
+            if (!ok) {
+                errors.push_back(fmt::format("{}:{}:{}: invalid TOML: invalid table header", name, line_no, k + 1));
+                return false;
+            }
+        } else {
+            char quote = 0;
+            for (size_t j = 0; j < line.size(); ++j) {
+                char c = line[j];
+                if (quote) {
+                    if (c == '\\' && quote == '"') ++j;
+                    else if (c == quote) quote = 0;
+                } else if (c == '"' || c == '\'') {
+                    quote = c;
+                } else if (c == '#') {
+                    break;
+                } else if (c == '[') {
+                    ++depth;
+                } else if (c == ']' && depth > 0) {
+                    --depth;
+                }
+            }
+        }
+        ++line_no;
+        pos = end + 1;
+    }
+    return true;
+}
+
 bool load_config_text(std::string_view text, std::string_view name, const CommandLine& cl, Config& out,
                       std::vector<std::string>& errors) {
     Config c;
     c.config_file = std::string(name);
+    if (!check_table_headers(text, name, errors)) return false;
     try {
         toml::table t = toml::parse(text, name);
         walk_table(t, "", name, c.s, c.origin, errors);

@@ -150,7 +150,7 @@ void HealthChecker::on_connect(uv_connect_t* req, int status) {
         SSL_set_tlsext_host_name(ssl, name.c_str());
         SSL_set1_host(ssl, name.c_str());
     }
-    if (self->session_) SSL_set_session(ssl, self->session_);
+    if (self->session_ && self->srv_.config().s.health_tls_resumption) SSL_set_session(ssl, self->session_);
     self->phase_ = Phase::handshaking;
     uv_read_start(reinterpret_cast<uv_stream_t*>(&self->tcp_), on_alloc, on_read);
     self->drive();

@@ -41,6 +41,7 @@ struct Settings {
     std::string client_key = "/var/lib/kubelet/pki/kubelet-client-current.pem";
     std::string ca_file = "/etc/kubernetes/pki/ca.crt";
     std::string server_name;  // SNI and name to verify; empty: the endpoint's host
+    bool health_tls_resumption = true;
     std::string policy = "random";
     std::string zone;  // this node's zone; upstreams in it are preferred while any is ready
     std::string fail_mode = "fail-open";
