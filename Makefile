@@ -32,7 +32,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test unit integration asan clean install deps run demo bench-failover FORCE
+.PHONY: all test unit integration asan clean install deps run demo bench-failover bench-probes FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -64,6 +64,14 @@ $(BUILD)/tests/integration: $(IT_SRCS) $(HARNESS_SRCS) $(BUILD)/libkprism.a | $(
 $(BUILD)/bench/failover: bench/failover.cc $(HARNESS_SRCS) $(BUILD)/libkprism.a
 	mkdir -p $(BUILD)/bench
 	$(CXX) $(CXXFLAGS) -Itests $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
+
+$(BUILD)/bench/probe_cost: bench/probe_cost.cc $(HARNESS_SRCS) $(BUILD)/libkprism.a
+	mkdir -p $(BUILD)/bench
+	$(CXX) $(CXXFLAGS) -Itests $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
+
+# CPU per 1000 readiness probes with and without TLS session resumption (about 30 s).
+bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/probe_cost $(SECONDS)
 
 # Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover

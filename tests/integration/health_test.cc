@@ -370,3 +370,31 @@ TEST(Health, LatencyPolicyPrefersNearestReady) {
     ASSERT_TRUE(upstream_state(k, near_.addr(), "health", "down"));
     EXPECT_EQ(served_by(get(pki, k.port)), "far") << "readiness first, speed second";
 }
+
+// A real client: kubectl, with the kubelet's certificate, TLS end to end through kprism.
+TEST(Health, KubectlThroughKprism) {
+    if (access("/usr/local/bin/kubectl", X_OK) != 0 && access("/usr/bin/kubectl", X_OK) != 0)
+        GTEST_SKIP() << "kubectl is not installed";
+    Pki pki;
+    Apiserver a(pki, "a");
+    Kprism k({a.addr()}, tls_flags(pki));
+    ASSERT_TRUE(upstream_state(k, a.addr(), "health", "up"));
+    std::string kubectl = access("/usr/local/bin/kubectl", X_OK) == 0 ? "/usr/local/bin/kubectl" : "/usr/bin/kubectl";
+    auto r = run({kubectl, "--server", "https://127.0.0.1:" + std::to_string(k.port), "--certificate-authority",
+                  pki.ca_cert, "--client-certificate", pki.client_pem, "--client-key", pki.client_pem, "get", "--raw",
+                  "/version"},
+                 20000ms);
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("served by a path /version"), std::string::npos) << r.output;
+    EXPECT_TRUE(a.proc->wait_output("peer=\"system:node:test\"")) << "the client's own certificate reached the apiserver";
+}
+
+// server_name replaces the endpoint's IP as the verified name and is sent as SNI.
+TEST(Health, ServerNameOverride) {
+    Pki pki;
+    Apiserver a(pki, "a", /*wrong_name=*/true);
+    Kprism bad({a.addr()}, tls_flags(pki));
+    EXPECT_TRUE(upstream_state(bad, a.addr(), "last_result", "tls_failed"));
+    Kprism good({a.addr()}, with(tls_flags(pki), {"--server-name", "elsewhere.example"}));
+    EXPECT_TRUE(upstream_state(good, a.addr(), "health", "up"));
+}
