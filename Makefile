@@ -13,7 +13,7 @@ SAN ?=
 OPT ?= -O2
 
 CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
-	-Iinclude -DKPRISM_VERSION='"$(VERSION)"' $(shell pkg-config --cflags $(PKGS))
+	-Iinclude $(shell pkg-config --cflags $(PKGS))
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
 endif
@@ -38,16 +38,19 @@ all: $(BUILD)/kprism $(BUILD)/kprism-standin
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
 	$(CXX) $(CXXFLAGS) -MMD -c $< -o $@
 
+$(BUILD)/obj/version.o: src/version.cc | $(BUILD)/obj
+	$(CXX) $(CXXFLAGS) -DKPRISM_VERSION='"$(VERSION)"' -c $< -o $@
+
 $(BUILD)/obj $(BUILD)/tests:
 	mkdir -p $@
 
 $(BUILD)/libkprism.a: $(LIB_OBJS)
 	ar rcs $@ $^
 
-# main.o is rebuilt when the version string changes.
+# version.o is rebuilt when the version string changes.
 $(BUILD)/version.stamp: FORCE | $(BUILD)/obj
 	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
-$(BUILD)/obj/main.o: $(BUILD)/version.stamp
+$(BUILD)/obj/version.o: $(BUILD)/version.stamp
 
 $(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -465,16 +465,16 @@ std::string usage_text() {
         "       kprism --version | --help\n\n"
         "kprism {}: node-local load balancer for the Kubernetes API; passes TCP through to the\n"
         "kube-apiservers that report ready.\n\nFlags (each overrides the config file key in brackets):\n"
-        "  --config FILE                 TOML configuration file\n",
-        kVersion);
+        "{:<32} TOML configuration file\n",
+        kVersion, "  --config FILE");
     for (const auto& o : options()) {
         std::string lhs = fmt::format("  --{} {}", o.flag,
                                       std::holds_alternative<bool Settings::*>(o.field) ? "[=BOOL]" : "VALUE");
-        out += fmt::format("{:<30}{} [{}]\n", lhs, o.help, o.key);
+        out += fmt::format("{:<32} {} [{}]\n", lhs, o.help, o.key);
     }
-    out += "  --version                     print the version and exit\n"
-           "  --help                        print this help and exit\n\n"
-           "See kprism(8) and kprism.toml(5).\n";
+    out += fmt::format("{:<32} print the version and exit\n{:<32} print this help and exit\n\n"
+                       "See kprism(8) and kprism.toml(5).\n",
+                       "  --version", "  --help");
     return out;
 }
 

@@ -165,7 +165,8 @@ int HealthChecker::on_new_session(SSL* ssl, SSL_SESSION* sess) {
 }
 
 std::string HealthChecker::request() const {
-    std::string host = up_.server_name.empty() ? up_.addr.str() : up_.server_name;
+    const std::string& global = srv_.config().s.server_name;
+    std::string host = !up_.server_name.empty() ? up_.server_name : !global.empty() ? global : up_.addr.str();
     return fmt::format(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json, */*\r\nConnection: "
         "close\r\n\r\n",

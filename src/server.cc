@@ -202,7 +202,7 @@ void Server::on_health_change(Upstream& u, Health old) {
                    {{"upstreams", static_cast<uint64_t>(ups_.size())}});
     } else if (up > 0 && failing_open_) {
         failing_open_ = false;
-        log::info("an upstream is ready again: fail-open over", {{"upstream", u.name}});
+        log::info("an upstream is ready again: no-ready episode over", {{"upstream", u.name}});
     }
 }
 

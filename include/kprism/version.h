@@ -1,10 +1,6 @@
-// The version string, set by the Makefile from git or VERSION.
+// The version string, set by the Makefile from git (compiled into src/version.cc only).
 #pragma once
 
-#ifndef KPRISM_VERSION
-#define KPRISM_VERSION "0.1.0"
-#endif
-
 namespace kprism {
-inline constexpr const char* kVersion = KPRISM_VERSION;
+extern const char* const kVersion;
 }
