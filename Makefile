@@ -8,6 +8,12 @@ CXX ?= g++
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0)
 
 PKGS := libuv fmt openssl
+# WITH_SYSTEMD=0 drops libsystemd (static builds); src/notify.cc then speaks the sd_notify and
+# socket-activation protocol itself, with the same behaviour.
+WITH_SYSTEMD ?= 1
+ifeq ($(WITH_SYSTEMD),1)
+PKGS += libsystemd
+endif
 WERROR ?= 0
 SAN ?=
 OPT ?= -O2
@@ -17,6 +23,7 @@ CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-f
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
 endif
+CXXFLAGS_BASE += -DKPRISM_WITH_SYSTEMD=$(WITH_SYSTEMD)
 ifneq ($(SAN),)
 CXXFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SAN)
@@ -51,6 +58,11 @@ $(BUILD)/libkprism.a: $(LIB_OBJS)
 $(BUILD)/version.stamp: FORCE | $(BUILD)/obj
 	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
 $(BUILD)/obj/version.o: $(BUILD)/version.stamp
+
+# notify.o is rebuilt when WITH_SYSTEMD changes.
+$(BUILD)/systemd.stamp: FORCE | $(BUILD)/obj
+	@echo '$(WITH_SYSTEMD)' | cmp -s - $@ || echo '$(WITH_SYSTEMD)' > $@
+$(BUILD)/obj/notify.o: $(BUILD)/systemd.stamp
 
 $(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)

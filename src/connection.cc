@@ -121,6 +121,9 @@ void Connection::on_timer(uv_timer_t* t) {
             c->close("upstream down");
         }
         break;
+    case TimerFor::removed:
+        c->close("endpoint removed by reload: drain timeout");
+        break;
     case TimerFor::none: break;
     }
 }
@@ -200,6 +203,7 @@ void Connection::start_splicing() {
     }
     awaiting_answer_ = srv_.config().s.first_response_timeout.count() > 0;
     uv_read_start(stream(client_.tcp), on_alloc, on_read_cb);
+    if (up_->removed) close_later_for_removal(static_cast<uint64_t>(srv_.config().s.drain_timeout.count()));
 }
 
 // Until the upstream answers, a copy of what the client sent (at most kMaxFirstFlight bytes) is
@@ -231,6 +235,15 @@ void Connection::answered() {
         timer_for_ = TimerFor::none;
     }
     std::string().swap(first_flight_);
+    if (up_->removed) close_later_for_removal(static_cast<uint64_t>(srv_.config().s.drain_timeout.count()));
+}
+
+void Connection::close_later_for_removal(uint64_t drain_ms) {
+    // Connecting, or awaiting a first answer: the timer is busy; start_splicing()/answered()
+    // schedule the drain once it is free.
+    if (closing_ || state_ != State::splicing || (awaiting_answer_ && !first_flight_.empty())) return;
+    timer_for_ = TimerFor::removed;
+    uv_timer_start(&timer_, on_timer, drain_ms, 0);
 }
 
 void Connection::close_later_for_down(uint64_t delay_ms) {

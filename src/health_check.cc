@@ -303,7 +303,12 @@ void HealthChecker::on_deadline(uv_timer_t* t) {
     const char* what = self->phase_ == Phase::connecting    ? "no TCP connect"
                        : self->phase_ == Phase::handshaking ? "no TLS handshake"
                                                             : "no response";
-    self->finish(CheckResult::timeout, fmt::format("{} within {}", what, format_duration(self->srv_.config().s.health_timeout)));
+    // Connected but no TLS handshake: the kernel accepts for a process that does not run (hung,
+    // stopped, deadlocked). A live apiserver handshakes even when /readyz is slow, so this takes
+    // the upstream down at once, like a 5xx; other timeouts count towards `fall`.
+    const bool hung = self->phase_ == Phase::handshaking;
+    self->finish(CheckResult::timeout,
+                 fmt::format("{} within {}", what, format_duration(self->srv_.config().s.health_timeout)), hung);
 }
 
 void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down) {
@@ -326,6 +331,8 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down)
         uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_tcp_closed);
     }
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
+    // From the connect, when the deadline started: the time health.timeout bounds.
+    up_.check_duration.observe(static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e9);
     srv_.record_check(up_, r, error, explicit_down);
     schedule_next();
 }

@@ -21,13 +21,16 @@ void print_errors(const std::vector<std::string>& errors) {
     for (const auto& e : errors) fmt::print(stderr, "kprism: {}\n", e);
 }
 
-int run(const Config& cfg) {
+int run(const Config& cfg, const CommandLine& cl) {
     signal(SIGPIPE, SIG_IGN);
     uv_loop_t loop;
     uv_loop_init(&loop);
     int rc = 0;
     {
-        Server server(&loop, cfg);
+        // SIGHUP re-reads the same file with the same flags on top.
+        Server server(&loop, cfg, [&cl](Config& next, std::vector<std::string>& errors) {
+            return load_config(cl, next, errors);
+        });
         std::string err;
         if (!server.start(err)) {
             log::error("startup failed", {{"error", err}});
@@ -76,5 +79,5 @@ int main(int argc, char** argv) {
         return 0;
     }
     log::info("kprism starting", {{"version", kVersion}, {"pid", static_cast<int64_t>(getpid())}});
-    return run(cfg);
+    return run(cfg, cl);
 }

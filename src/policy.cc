@@ -73,7 +73,7 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
         Upstream& u = pool[i];
         bool is_zone = !pool.node_zone.empty() && u.zone == pool.node_zone;
         if (is_zone && u.available(now)) zone_up = true;
-        if ((tried >> i) & 1 || !u.resolved) continue;
+        if ((tried >> i) & 1 || !u.resolved || u.removed) continue;
         if (u.available(now)) {
             up[n_up++] = &u;
             if (is_zone) in_zone[n_zone++] = &u;

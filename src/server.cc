@@ -2,11 +2,13 @@
 #include "kprism/server.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "kprism/connection.h"
 #include "kprism/log.h"
+#include "kprism/notify.h"
 #include "kprism/random.h"
 
 namespace kprism {
@@ -15,11 +17,12 @@ namespace {
 uv_handle_t* h(void* p) { return static_cast<uv_handle_t*>(p); }
 }  // namespace
 
-Server::Server(uv_loop_t* loop, Config cfg)
+Server::Server(uv_loop_t* loop, Config cfg, Loader loader)
     : loop_(loop),
       cfg_(std::move(cfg)),
       policy_(make_policy(cfg_.s.policy)),
-      tls_(cfg_.s.client_cert, cfg_.s.client_key, cfg_.s.ca_file) {
+      loader_(std::move(loader)),
+      tls_(std::make_unique<TlsClientContext>(cfg_.s.client_cert, cfg_.s.client_key, cfg_.s.ca_file)) {
     for (const auto& e : cfg_.endpoints) ups_.add(e.addr, e.zone, e.server_name);
     ups_.node_zone = cfg_.s.zone;
     ups_.policy.rise = static_cast<uint32_t>(cfg_.s.health_rise);
@@ -27,10 +30,14 @@ Server::Server(uv_loop_t* loop, Config cfg)
     ups_.on_change = [this](Upstream& u, Health old) { on_health_change(u, old); };
 }
 
-Server::~Server() = default;
+Server::~Server() {
+    if (admin_fd_ >= 0) ::close(admin_fd_);  // passed by systemd and never taken by the admin server
+}
 
 bool Server::start(std::string& error) {
+    if (!adopt_passed_sockets(error)) return false;
     for (const auto& addr : cfg_.listen) {
+        if (socket_activated_) break;  // systemd's sockets replace the configured addresses
         auto l = std::make_unique<Listener>();
         int r = l->start(loop_, this, reinterpret_cast<const sockaddr*>(&addr));
         if (r != 0) {
@@ -71,15 +78,21 @@ bool Server::start(std::string& error) {
     }
     // First probes spread over up to a second (kprism restarts on many nodes at once after a
     // rollout); after that every checker drifts on its own jittered period.
-    for (size_t i = 0; i < ups_.size(); ++i) {
-        checkers_.push_back(std::make_unique<HealthChecker>(*this, ups_[i]));
-        checkers_.back()->start(random_below(std::min<uint64_t>(1000, cfg_.s.health_interval.count())));
-    }
+    for (size_t i = 0; i < ups_.size(); ++i)
+        start_checker(ups_[i], random_below(std::min<uint64_t>(1000, cfg_.s.health_interval.count())));
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
     log::info("started", {{"upstreams", names}, {"policy", policy_->name()},
                           {"max_connections", cfg_.s.max_connections}});
+    start_systemd();
     return true;
+}
+
+void Server::start_checker(Upstream& u, uint64_t first_delay_ms) {
+    if (checkers_.size() <= u.index) checkers_.resize(u.index + 1);
+    if (checkers_[u.index]) retired_checkers_.push_back(std::move(checkers_[u.index]));
+    checkers_[u.index] = std::make_unique<HealthChecker>(*this, u);
+    checkers_[u.index]->start(first_delay_ms);
 }
 
 void Server::resolve(Upstream& u) {
@@ -150,7 +163,7 @@ void Server::connection_closed(Connection* c) {
 }
 
 bool Server::fallback_allowed() const {
-    return cfg_.s.fail_mode == "fail-open" || tls_.get() == nullptr || ups_.up_count() > 0;
+    return cfg_.s.fail_mode == "fail-open" || tls_->get() == nullptr || ups_.up_count() > 0;
 }
 
 void Server::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down) {
@@ -159,7 +172,7 @@ void Server::record_check(Upstream& u, CheckResult r, const std::string& error, 
         log::error("health check unauthorized: the apiserver does not accept kprism's client certificate; this is "
                    "a misconfiguration, not an unready apiserver",
                    {{"upstream", u.name}, {"error", error}, {"client_cert", cfg_.s.client_cert},
-                    {"subject", tls_.subject()}});
+                    {"subject", tls_->subject()}});
     ups_.record(u, r, error, explicit_down, uv_now(loop_));
 }
 
@@ -172,8 +185,8 @@ void Server::passive_failure(Upstream& u, const char* reason) {
                         ? CheckResult::timeout
                         : CheckResult::connect_failed;
     // Without a client certificate there are no checks, so passive failures only order the fallback.
-    if (tls_.get() && u.health != Health::down) ups_.record(u, r, fmt::format("client connection: {}", reason), false, now);
-    if (u.index < checkers_.size()) checkers_[u.index]->check_soon();
+    if (tls_->get() && u.health != Health::down) ups_.record(u, r, fmt::format("client connection: {}", reason), false, now);
+    if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
 }
 
 // Down: spread closes of its established connections over close_spread, unless that would leave
@@ -193,7 +206,8 @@ void Server::on_health_change(Upstream& u, Health old) {
         }
     }
     bool all_judged = true;
-    for (size_t i = 0; i < ups_.size(); ++i) all_judged = all_judged && ups_[i].health != Health::unknown;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        all_judged = all_judged && (ups_[i].removed || ups_[i].health != Health::unknown);
     if (up == 0 && (all_judged || old == Health::up) && !failing_open_) {
         failing_open_ = true;
         ++stats_.fail_open_episodes;
@@ -204,6 +218,7 @@ void Server::on_health_change(Upstream& u, Health old) {
         failing_open_ = false;
         log::info("an upstream is ready again: no-ready episode over", {{"upstream", u.name}});
     }
+    systemd_health_changed();
 }
 
 void Server::note_client_failed(uint32_t attempts) {
@@ -254,7 +269,7 @@ void Server::on_signal(uv_signal_t* s, int signum) {
     case SIGTERM: self->begin_shutdown("SIGTERM"); break;
     case SIGINT: self->begin_shutdown("SIGINT"); break;
     case SIGUSR1: self->log_stats(); break;
-    case SIGHUP: log::warn("SIGHUP ignored", {{"reason", "live reload is not implemented in this version"}}); break;
+    case SIGHUP: self->reload(); break;
     }
 }
 
@@ -266,6 +281,8 @@ void Server::begin_shutdown(const char* why) {
         return;
     }
     draining_ = true;
+    notify::stopping();
+    notify::status(fmt::format("shutting down: draining {} connections", active_));
     for (auto& l : listeners_) l->close();
     log::info("shutting down", {{"signal", why},
                                 {"connections", static_cast<uint64_t>(active_)},
@@ -293,12 +310,14 @@ void Server::finish() {
     if (finished_) return;
     finished_ = true;
     for (auto& l : listeners_) l->close();
-    for (auto& c : checkers_) c->close();
+    for (auto& c : checkers_)
+        if (c) c->close();
     for (size_t i = 0; i < ups_.size(); ++i)
         if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
     for (void* p : {static_cast<void*>(&sig_term_), static_cast<void*>(&sig_int_), static_cast<void*>(&sig_usr1_),
                     static_cast<void*>(&sig_hup_), static_cast<void*>(&drain_timer_),
-                    static_cast<void*>(&resolve_timer_)})
+                    static_cast<void*>(&resolve_timer_), static_cast<void*>(&ready_timer_),
+                    static_cast<void*>(&watchdog_timer_)})
         if (!uv_is_closing(h(p))) uv_close(h(p), nullptr);
     log::info("stopped", {{"connections_served", stats_.accepted}});
 }

@@ -114,7 +114,8 @@ SSL_CTX* TlsClientContext::refresh(uint64_t now_ms) {
     const bool first = ctx_ == nullptr;
     SSL_CTX_free(ctx_);
     ctx_ = fresh;
-    ++generation_;
+    static uint64_t next_generation = 0;
+    generation_ = ++next_generation;
     error_.clear();
     bool changed_identity = subject != subject_ || not_after != not_after_;
     subject_ = subject;

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <ctime>
+
 #include "kprism/duration.h"
 #include "kprism/log.h"
 #include "kprism/random.h"
@@ -31,9 +33,41 @@ const char* health_name(Health h) {
     return "?";
 }
 
-void UpstreamPool::add(const HostPort& addr, std::string zone, std::string server_name) {
+const char* connect_error_name(ConnectError e) {
+    switch (e) {
+    case ConnectError::refused: return "refused";
+    case ConnectError::timeout: return "timeout";
+    case ConnectError::no_response: return "no_response";
+    case ConnectError::other: return "other";
+    }
+    return "?";
+}
+
+ConnectError classify_connect_error(std::string_view reason) {
+    if (reason == "connection refused") return ConnectError::refused;
+    if (reason.find("timeout") != std::string_view::npos || reason.find("timed out") != std::string_view::npos)
+        return ConnectError::timeout;
+    if (reason == "no response" || reason.find("before answering") != std::string_view::npos)
+        return ConnectError::no_response;
+    return ConnectError::other;
+}
+
+Upstream* UpstreamPool::find(const HostPort& addr) {
+    for (auto& u : ups_)
+        if (!u->removed && u->addr == addr) return u.get();
+    return nullptr;
+}
+
+Upstream* UpstreamPool::add(const HostPort& addr, std::string zone, std::string server_name) {
     auto u = std::make_unique<Upstream>();
-    u->index = ups_.size();
+    size_t slot = ups_.size();
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (ups_[i]->removed && ups_[i]->active == 0 && !ups_[i]->resolving) {
+            slot = i;
+            break;
+        }
+    if (slot >= 64) return nullptr;  // TriedSet holds 64 bits
+    u->index = slot;
     u->addr = addr;
     u->name = addr.str();
     u->zone = std::move(zone);
@@ -42,11 +76,15 @@ void UpstreamPool::add(const HostPort& addr, std::string zone, std::string serve
         ip_to_sockaddr(addr.host, addr.port, u->sa);
         u->resolved = true;
     }
-    ups_.push_back(std::move(u));
+    Upstream* raw = u.get();
+    if (slot == ups_.size()) ups_.push_back(std::move(u));
+    else ups_[slot] = std::move(u);
+    return raw;
 }
 
 void UpstreamPool::connect_failed(Upstream& u, const char* reason, uint64_t now) {
     ++u.connect_failures;
+    ++u.connect_errors[static_cast<size_t>(classify_connect_error(reason))];
     ++u.consecutive_failures;
     bool was_in_backoff = u.in_backoff(now);
     if (was_in_backoff) return;  // a burst of clients failing at once is one failure, not many
@@ -74,6 +112,9 @@ void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, 
     if (old == h) return;
     u.health = h;
     u.last_change_ms = now;
+    u.last_change_unix = static_cast<int64_t>(std::time(nullptr));
+    if (h == Health::up) ++u.went_up;
+    if (h == Health::down) ++u.went_down;
     u.rises = u.falls = 0;
     auto level = h == Health::up ? log::Level::info : log::Level::warn;
     log::write(level, h == Health::up ? "upstream up" : "upstream down",
@@ -125,7 +166,8 @@ void UpstreamPool::record_rtt(Upstream& u, double rtt_ms) {
 void UpstreamPool::update_tiers() {
     double best = -1;
     for (auto& u : ups_)
-        if (u->health == Health::up && u->rtt_ms >= 0 && (best < 0 || u->rtt_ms < best)) best = u->rtt_ms;
+        if (u->health == Health::up && !u->removed && u->rtt_ms >= 0 && (best < 0 || u->rtt_ms < best))
+            best = u->rtt_ms;
     for (auto& u : ups_) {
         if (u->health != Health::up || u->rtt_ms < 0 || best < 0) {
             u->fast_tier = false;
@@ -144,7 +186,7 @@ size_t UpstreamPool::available_count(uint64_t now) const {
 
 size_t UpstreamPool::up_count() const {
     size_t n = 0;
-    for (const auto& u : ups_) n += u->health == Health::up;
+    for (const auto& u : ups_) n += u->health == Health::up && !u->removed;
     return n;
 }
 

@@ -26,6 +26,8 @@ public:
     // The upstream went down: close this connection after `delay_ms` unless it recovers (or it
     // would leave nothing ready) by then.
     void close_later_for_down(uint64_t delay_ms);
+    // The upstream was removed by a reload: let the connection finish for up to `drain_ms`.
+    void close_later_for_removal(uint64_t drain_ms);
 
     bool closing() const { return closing_; }
     bool splicing() const { return state_ == State::splicing; }
@@ -37,7 +39,7 @@ public:
 
 private:
     enum class State { connecting, splicing };
-    enum class TimerFor { none, connect, first_response, down };
+    enum class TimerFor { none, connect, first_response, down, removed };
 
     // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
     struct Side {

@@ -3,8 +3,10 @@
 
 #include <uv.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kprism/buffer_pool.h"
@@ -28,13 +30,17 @@ struct Stats {
     uint64_t replayed = 0;         // moved to another upstream before any answer
     uint64_t closed_for_down = 0;  // established connections closed because their upstream went down
     uint64_t fail_open_episodes = 0;
+    uint64_t reloads_ok = 0, reloads_failed = 0;
 };
 
 // Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
 // timers are members closed by stop(); Connections free themselves (see connection.h).
 class Server {
 public:
-    Server(uv_loop_t* loop, Config cfg);
+    // Re-reads the configuration for SIGHUP (the same file and flags as at start).
+    using Loader = std::function<bool(Config&, std::vector<std::string>& errors)>;
+
+    Server(uv_loop_t* loop, Config cfg, Loader loader = nullptr);
     ~Server();
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
@@ -65,23 +71,48 @@ public:
 
     // Health: results of probes, and passive signals from the data path (a failed client connect,
     // an upstream that did not answer): counted like a failed check, and a probe is started.
-    TlsClientContext& tls() { return tls_; }
+    TlsClientContext& tls() { return *tls_; }
     void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
     void passive_failure(Upstream& u, const char* reason);
+
+    // SIGHUP: load the configuration whole, then apply it (see reload.cc). A configuration that
+    // does not load, or listeners that cannot be bound, leave everything as it was.
+    void reload();
 
     // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
     void begin_shutdown(const char* why);
     void log_stats();
 
+    // systemd (see systemd.cc). The listening socket passed for the admin server
+    // (FileDescriptorName=admin, checked like the data sockets), or -1; the admin server listens on
+    // it instead of health.bind_address:health.port. take_admin_fd() hands it over (the caller then
+    // owns and closes it); until then the Server closes it when it is destroyed.
+    int admin_fd() const { return admin_fd_; }
+    int take_admin_fd() { return std::exchange(admin_fd_, -1); }
+    // Did systemd pass the data sockets? Then bind_address/bind_port are not used, also not on reload.
+    bool socket_activated() const { return socket_activated_; }
+    // The STATUS= line: "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
+    std::string status_summary() const;
+
 private:
     void close_all(const char* reason);
     void finish();
     void resolve(Upstream& u);
+    void start_checker(Upstream& u, uint64_t first_delay_ms);
+    bool apply_listeners(const Config& next, std::string& error, std::string& summary);
+    void apply_endpoints(const Config& next, std::string& summary);
     void on_health_change(Upstream& u, Health old);
     static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
     static void on_signal(uv_signal_t* s, int signum);
     static void on_drain_timeout(uv_timer_t* t);
     static void on_resolve_timer(uv_timer_t* t);
+    bool adopt_passed_sockets(std::string& error);
+    void start_systemd();
+    void systemd_health_changed();
+    void maybe_ready();
+    void send_ready(const char* reason);
+    static void on_ready_timeout(uv_timer_t* t);
+    static void on_watchdog(uv_timer_t* t);
 
     uv_loop_t* loop_;
     Config cfg_;
@@ -89,9 +120,13 @@ private:
     UpstreamPool ups_;
     std::unique_ptr<Policy> policy_;
     Stats stats_;
+    Loader loader_;
     std::vector<std::unique_ptr<Listener>> listeners_;
-    TlsClientContext tls_;
+    std::unique_ptr<TlsClientContext> tls_;
     std::vector<std::unique_ptr<HealthChecker>> checkers_;  // index = upstream index
+    // Closed by a reload but possibly still inside a pending close callback: freed with the Server.
+    std::vector<std::unique_ptr<Listener>> retired_listeners_;
+    std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     bool failing_open_ = false;
     uint64_t last_client_fail_log_ = 0;
     uint64_t suppressed_client_fails_ = 0;
@@ -105,6 +140,11 @@ private:
     uint64_t suppressed_accept_errors_ = 0;
     uint64_t last_reject_log_ = 0;
     uint64_t suppressed_rejects_ = 0;
+    // systemd: READY=1 is sent once, after the first health round (ready_timer_ bounds the wait).
+    uv_timer_t ready_timer_{}, watchdog_timer_{};
+    bool ready_sent_ = false;
+    bool socket_activated_ = false;
+    int admin_fd_ = -1;
 };
 
 }  // namespace kprism

@@ -35,6 +35,11 @@ public:
     // Returns the context to use now, or nullptr while none could be built yet.
     SSL_CTX* refresh(uint64_t now_ms);
     SSL_CTX* get() const { return ctx_; }
+    // Forces the next refresh() to rebuild from the files even if they look unchanged (SIGHUP).
+    void reread() {
+        stamped_ = false;
+        last_check_ms_ = 0;
+    }
     uint64_t generation() const { return generation_; }
 
     const std::string& subject() const { return subject_; }

@@ -9,9 +9,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kprism/address.h"
+#include "kprism/histogram.h"
 
 namespace kprism {
 
@@ -22,6 +24,14 @@ const char* result_name(CheckResult r);
 // unknown: no verdict yet (start-up, or no client certificate to check with).
 enum class Health { unknown, up, down };
 const char* health_name(Health h);
+
+// Why a client connection's attempt on an upstream failed (a passive failure), for metrics.
+enum class ConnectError { refused, timeout, no_response, other };
+constexpr size_t kConnectErrors = 4;
+const char* connect_error_name(ConnectError e);
+// From the reason a passive failure is recorded with ("connection refused", "connect timeout",
+// "no response", "closed before answering", ...).
+ConnectError classify_connect_error(std::string_view reason);
 
 struct Upstream {
     size_t index = 0;
@@ -64,10 +74,18 @@ struct Upstream {
     uint64_t checks[6] = {};  // per CheckResult
     uint64_t resumed_handshakes = 0;
     uint64_t full_handshakes = 0;
+    uint64_t connect_errors[kConnectErrors] = {};  // per ConnectError
+    uint64_t went_up = 0, went_down = 0;          // health transitions
+    int64_t last_change_unix = 0;                 // wall clock (s) of the last health change; 0: none
+    Histogram check_duration;                     // seconds from TCP connect to result, per probe
+
+    // Removed from the configuration by a reload: no new connections, established ones drain.
+    // The slot is reused for a new endpoint once nothing refers to it.
+    bool removed = false;
 
     bool in_backoff(uint64_t now) const { return retry_at_ms != 0 && now < retry_at_ms; }
     // May receive new connections in normal operation.
-    bool available(uint64_t) const { return resolved && health == Health::up; }
+    bool available(uint64_t) const { return resolved && health == Health::up && !removed; }
 };
 
 struct HealthPolicy {
@@ -78,7 +96,10 @@ struct HealthPolicy {
 class UpstreamPool {
 public:
     UpstreamPool() = default;
-    void add(const HostPort& addr, std::string zone = "", std::string server_name = "");
+    // Adds an endpoint (reusing a drained removed slot if there is one); nullptr when full.
+    Upstream* add(const HostPort& addr, std::string zone = "", std::string server_name = "");
+    // The live (not removed) upstream with this address, if any.
+    Upstream* find(const HostPort& addr);
     size_t size() const { return ups_.size(); }
     Upstream& operator[](size_t i) { return *ups_[i]; }
     const Upstream& operator[](size_t i) const { return *ups_[i]; }

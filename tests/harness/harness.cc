@@ -54,7 +54,24 @@ static std::string env_or(const char* name, const char* def) {
 std::string kprism_bin() { return env_or("KPRISM_BIN", "build/kprism"); }
 std::string standin_bin() { return env_or("KPRISM_STANDIN", "build/kprism-standin"); }
 
-Process::Process(std::vector<std::string> argv) {
+// In the child: the environment for execve, with spawn.env over the inherited one.
+static std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+        std::string_view kv(*e);
+        bool replaced = false;
+        for (const auto& x : extra) replaced = replaced || x.substr(0, x.find('=') + 1) == kv.substr(0, kv.find('=') + 1);
+        if (!replaced) env.emplace_back(kv);
+    }
+    std::string pid = std::to_string(getpid());
+    for (std::string x : extra) {
+        for (size_t at; (at = x.find("{pid}")) != std::string::npos;) x.replace(at, 5, pid);
+        env.push_back(std::move(x));
+    }
+    return env;
+}
+
+Process::Process(std::vector<std::string> argv, Spawn spawn) {
     char tmpl[] = "/tmp/kprism-it-XXXXXX";
     int fd = mkstemp(tmpl);
     if (fd < 0) throw std::runtime_error("mkstemp");
@@ -65,12 +82,21 @@ Process::Process(std::vector<std::string> argv) {
         dup2(fd, 2);
         int devnull = open("/dev/null", O_RDONLY);
         dup2(devnull, 0);
-        closefrom(3);  // the child must not inherit the test's listening sockets
+        // Passed fds go to 3, 4, ...: first copied above that range so that none is overwritten.
+        const int n = static_cast<int>(spawn.fds.size());
+        std::vector<int> high;
+        for (int f : spawn.fds) high.push_back(fcntl(f, F_DUPFD, 3 + n));
+        for (int i = 0; i < n; ++i) dup2(high[static_cast<size_t>(i)], 3 + i);  // without FD_CLOEXEC
+        closefrom(3 + n);  // the child must not inherit the test's listening sockets
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // and must not outlive a crashed test binary
         std::vector<char*> args;
         for (auto& a : argv) args.push_back(a.data());
         args.push_back(nullptr);
-        execv(args[0], args.data());
+        std::vector<std::string> env = child_environment(spawn.env);
+        std::vector<char*> envp;
+        for (auto& e : env) envp.push_back(e.data());
+        envp.push_back(nullptr);
+        execve(args[0], args.data(), envp.data());
         _exit(127);
     }
     ::close(fd);
@@ -153,8 +179,9 @@ static std::vector<std::string> kprism_args(const std::vector<std::string>& endp
     return a;
 }
 
-Kprism::Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, int p, int admin)
-    : Process(kprism_args(endpoints, std::move(extra), p, admin)), port(p), admin_port(admin) {
+Kprism::Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, Spawn spawn, int p,
+               int admin)
+    : Process(kprism_args(endpoints, std::move(extra), p, admin), std::move(spawn)), port(p), admin_port(admin) {
     if (!wait_output("msg=started", 5000ms))
         throw std::runtime_error("kprism did not start: " + output());
 }

@@ -25,11 +25,20 @@ int free_port();
 std::string kprism_bin();
 std::string standin_bin();
 
+// What a child gets besides its argv, set up between fork and exec: environment entries
+// ("NAME=value", replacing an inherited NAME; "{pid}" in a value becomes the child's own pid, as
+// systemd's LISTEN_PID and WATCHDOG_PID must be) and fds passed as 3, 4, ... (socket activation).
+struct Spawn {
+    std::vector<std::string> env;
+    std::vector<int> fds;
+};
+
 // A child process with stdout+stderr captured to a file.
 class Process {
 public:
     Process() = default;
-    explicit Process(std::vector<std::string> argv);
+    explicit Process(std::vector<std::string> argv) : Process(std::move(argv), Spawn{}) {}
+    Process(std::vector<std::string> argv, Spawn spawn);
     ~Process();
     Process(Process&&) noexcept;
     Process& operator=(Process&&) noexcept;
@@ -61,7 +70,13 @@ class Kprism : public Process {
 public:
     Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra = {})
         : Kprism(endpoints, std::move(extra), free_port(), free_port()) {}
-    Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, int port, int admin_port);
+    Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, int port, int admin_port)
+        : Kprism(endpoints, std::move(extra), Spawn{}, port, admin_port) {}
+    // The same with extra environment and passed fds (see Spawn).
+    Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, Spawn spawn)
+        : Kprism(endpoints, std::move(extra), std::move(spawn), free_port(), free_port()) {}
+    Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, Spawn spawn, int port,
+           int admin_port);
     int port;
     int admin_port;
     // Logs a stats line (SIGUSR1) and returns the value of `key` from the newest one.

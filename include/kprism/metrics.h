@@ -1,0 +1,40 @@
+// A snapshot of the daemon's counters and state, and its Prometheus text rendering (/metrics).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kprism/server.h"
+#include "kprism/upstream.h"
+
+namespace kprism {
+
+// What /metrics, /readyz and /status show, gathered in one place. The upstream pointers are valid
+// only while the Server is (take, render and drop it within one callback).
+struct Snapshot {
+    std::string version;
+    Stats stats;
+    uint64_t connections_active = 0;
+    bool fail_open = false;
+    bool draining = false;
+    int64_t client_cert_not_after = 0;  // unix time; 0: no certificate loaded
+    double heartbeat_age_seconds = 0;
+    std::vector<const Upstream*> upstreams;  // configured ones (not those removed by a reload)
+
+    size_t up_count() const;
+};
+
+// The state of `srv` now (skipping upstreams removed by a reload).
+Snapshot take_snapshot(Server& srv);
+
+// Prometheus text exposition format 0.0.4: HELP and TYPE for every family, even one without
+// samples. The family names are an interface: alert rules are written against them.
+std::string render_metrics(const Snapshot& s);
+constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
+
+// A label value escaped for the text format: backslash, double quote and newline.
+std::string escape_label_value(std::string_view v);
+
+}  // namespace kprism

@@ -1,0 +1,41 @@
+// systemd integration: readiness notification, watchdog, and sockets passed by socket activation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+// Built with libsystemd's sd-daemon by default; WITH_SYSTEMD=0 (for static builds) compiles the
+// same protocol by hand, with the same behaviour.
+#ifndef KPRISM_WITH_SYSTEMD
+#define KPRISM_WITH_SYSTEMD 1
+#endif
+
+namespace kprism::notify {
+
+// Each sends one datagram to $NOTIFY_SOCKET (a path, or an abstract name when it starts with '@')
+// and returns true if it was sent; without NOTIFY_SOCKET (not run by systemd) they do nothing and
+// return false. NOTIFY_SOCKET is left in the environment so later notifications find it.
+bool ready();                          // READY=1
+bool status(std::string_view line);    // STATUS=<line>; newlines are replaced by spaces
+bool reloading();                      // RELOADING=1 and MONOTONIC_USEC=<CLOCK_MONOTONIC now>
+bool stopping();                       // STOPPING=1
+bool watchdog();                       // WATCHDOG=1
+
+// The watchdog timeout in microseconds from $WATCHDOG_USEC, or 0 when the watchdog is not
+// enabled for this process ($WATCHDOG_PID names another one, or a value is malformed).
+uint64_t watchdog_interval();
+
+struct ListenFd {
+    int fd;
+    std::string name;  // FileDescriptorName= of the socket unit; "unknown" when none was given
+};
+
+// The sockets systemd passed ($LISTEN_FDS, starting at fd 3, when $LISTEN_PID is this process),
+// marked close-on-exec. Removes LISTEN_PID, LISTEN_FDS and LISTEN_FDNAMES from the environment, so
+// a second call returns nothing. Empty when none were passed; empty with *error set when the
+// variables are malformed.
+std::vector<ListenFd> listen_fds(std::string* error = nullptr);
+
+}  // namespace kprism::notify

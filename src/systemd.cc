@@ -1,0 +1,143 @@
+// The Server's side of systemd: sockets passed by socket activation, READY/STATUS, the watchdog.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "kprism/log.h"
+#include "kprism/notify.h"
+#include "kprism/server.h"
+
+namespace kprism {
+
+namespace {
+
+bool loopback_allowed(const Config& cfg, int fd, const sockaddr_storage& ss, std::string& error) {
+    if (cfg.s.allow_non_loopback || is_loopback(reinterpret_cast<const sockaddr*>(&ss))) return true;
+    error = fmt::format("socket passed by systemd (fd {}) is bound to {}, not a loopback address "
+                        "(set allow_non_loopback = true to do it anyway)",
+                        fd, sockaddr_str(reinterpret_cast<const sockaddr*>(&ss)));
+    return false;
+}
+
+}  // namespace
+
+// Sockets named "data" (or unnamed) become the listeners, "admin" is kept for the admin server.
+// On failure nothing passed is left open.
+bool Server::adopt_passed_sockets(std::string& error) {
+    std::vector<notify::ListenFd> passed = notify::listen_fds(&error);
+    if (!error.empty()) return false;
+    std::string addresses;
+    auto fail = [&](size_t i) {
+        for (size_t j = i; j < passed.size(); ++j) ::close(passed[j].fd);
+        for (auto& l : listeners_) l->close();
+        if (admin_fd_ >= 0) ::close(take_admin_fd());
+        return false;
+    };
+    for (size_t i = 0; i < passed.size(); ++i) {
+        const notify::ListenFd& p = passed[i];
+        const bool admin = p.name == "admin";
+        if (!admin && p.name != "data" && p.name != "unknown") {
+            log::warn("ignoring a socket passed by systemd: unknown FileDescriptorName (use data or admin)",
+                      {{"fd", p.fd}, {"name", p.name}});
+            ::close(p.fd);
+            continue;
+        }
+        if (admin && admin_fd_ >= 0) {
+            error = fmt::format("systemd passed more than one socket named admin (fd {} and {})", admin_fd_, p.fd);
+            return fail(i);
+        }
+        sockaddr_storage ss{};
+        if (!inspect_listen_fd(p.fd, ss, error) || !loopback_allowed(cfg_, p.fd, ss, error)) return fail(i);
+        if (admin) {
+            admin_fd_ = p.fd;
+            log::info("admin socket passed by systemd", {{"address", sockaddr_str(reinterpret_cast<sockaddr*>(&ss))},
+                                                         {"fd", p.fd}});
+            continue;
+        }
+        auto l = std::make_unique<Listener>();
+        if (int r = l->start_fd(loop_, this, p.fd); r != 0) {
+            error = fmt::format("cannot listen on the socket passed by systemd (fd {}, {}): {}", p.fd, l->name,
+                                uv_strerror(r));
+            listeners_.push_back(std::move(l));
+            return fail(i + 1);
+        }
+        addresses += (addresses.empty() ? "" : ",") + l->name;
+        listeners_.push_back(std::move(l));
+    }
+    if (listeners_.empty()) return true;
+    socket_activated_ = true;
+    std::string configured;
+    for (const auto& a : cfg_.listen)
+        configured += (configured.empty() ? "" : ",") + sockaddr_str(reinterpret_cast<const sockaddr*>(&a));
+    log::info("listening on sockets passed by systemd; bind_address and bind_port are ignored",
+              {{"addresses", addresses}, {"ignored", configured}});
+    return true;
+}
+
+// After the listeners are bound: the watchdog, and READY=1 now or once the first round is done.
+void Server::start_systemd() {
+    uv_timer_init(loop_, &ready_timer_);
+    uv_timer_init(loop_, &watchdog_timer_);
+    ready_timer_.data = watchdog_timer_.data = this;
+    if (uint64_t usec = notify::watchdog_interval()) {
+        // From the loop, at half the timeout, so that a wedged loop stops the pings.
+        uint64_t every = std::max<uint64_t>(1, usec / 2000);
+        uv_timer_start(&watchdog_timer_, on_watchdog, every, every);
+        log::info("systemd watchdog enabled", {{"timeout", fmt::format("{}us", usec)},
+                                               {"ping_every", format_duration(Duration(every))}});
+    }
+    // Load the client certificate now: without one the checks are paused and there is no round to wait for.
+    tls_->refresh(uv_now(loop_));
+    maybe_ready();
+    // First probes start within a second and each ends within health.timeout.
+    if (!ready_sent_)
+        uv_timer_start(&ready_timer_, on_ready_timeout, static_cast<uint64_t>(cfg_.s.health_timeout.count()) + 1000, 0);
+}
+
+std::string Server::status_summary() const {
+    size_t live = 0;
+    for (size_t i = 0; i < ups_.size(); ++i) live += !ups_[i].removed;
+    size_t up = ups_.up_count();
+    std::string s = fmt::format("{}/{} upstreams ready", up, live);
+    if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
+    return s;
+}
+
+void Server::systemd_health_changed() {
+    if (draining_ || finished_) return;  // the STATUS then tells about the drain
+    if (!ready_sent_) {
+        maybe_ready();
+        if (ready_sent_) return;  // with its STATUS
+    }
+    notify::status(status_summary());
+}
+
+// The first health round is done when every upstream has a verdict (its first result decides
+// one), or at once when the checks are paused for lack of a client certificate.
+void Server::maybe_ready() {
+    if (ready_sent_ || draining_ || finished_) return;
+    bool all_judged = true;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        all_judged = all_judged && (ups_[i].removed || ups_[i].health != Health::unknown);
+    if (!tls_->get()) send_ready("health checks paused");
+    else if (all_judged) send_ready("first health round done");
+}
+
+void Server::send_ready(const char* reason) {
+    ready_sent_ = true;
+    uv_timer_stop(&ready_timer_);
+    std::string st = status_summary();
+    notify::status(st);
+    bool notified = notify::ready();
+    log::info("ready", {{"reason", reason}, {"status", st}, {"notified_systemd", notified}});
+}
+
+void Server::on_ready_timeout(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    if (!self->ready_sent_ && !self->draining_) self->send_ready("first health round timed out");
+}
+
+void Server::on_watchdog(uv_timer_t*) { notify::watchdog(); }
+
+}  // namespace kprism
