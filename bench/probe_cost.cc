@@ -43,7 +43,7 @@ void measure(bool resumption, int seconds) {
     }
     Kprism k(eps, {"--client-cert", pki.client_pem, "--client-key", pki.client_pem, "--ca-file", pki.ca_cert,
                    "--health-interval", "100ms", "--health-timeout", "90ms", "--health-fast-interval", "100ms",
-                   "--health-tls-resumption", resumption ? "true" : "false"});
+                   resumption ? "--health-tls-resumption=true" : "--health-tls-resumption=false"});
     eventually([&] { return k.count_output("msg=\"upstream up\"") >= 8; }, 10000ms);
     auto count = [&](const char* what) {
         size_t n = 0;
