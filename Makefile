@@ -39,7 +39,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test unit integration asan clean install deps run demo bench-failover bench-probes FORCE
+.PHONY: all test unit integration asan clean install deps run demo bench-failover bench-probes monitoring FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -102,7 +102,14 @@ integration: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
 
 # Every test: unit, then integration against the real binary; ends with "N passed, N failed".
 test: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
+ifeq ($(SAN),)
+	tests/monitoring/run.sh
+endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
+
+# Alerting rules and Grafana dashboard (packaging/monitoring): promtool checks and unit tests.
+monitoring:
+	tests/monitoring/run.sh
 
 # ASan + UBSan build in its own tree, all tests under it.
 asan:
@@ -118,7 +125,7 @@ install: $(BUILD)/kprism
 	install -D -m 0644 packaging/kprism.toml.example $(DESTDIR)$(PREFIX)/share/doc/kprism/kprism.toml.example
 
 DEB_PKGS := build-essential pkg-config libuv1-dev libssl-dev libtomlplusplus-dev libfmt-dev libsystemd-dev \
-	libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc
+	libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)

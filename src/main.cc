@@ -8,6 +8,7 @@
 #include "kprism/config.h"
 #include "kprism/log.h"
 #include "kprism/server.h"
+#include "kprism/status_cmd.h"
 #include "kprism/version.h"
 
 using namespace kprism;
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
     if (!parse_command_line(argc, argv, cl, errors)) {
         print_errors(errors);
         fmt::print(stderr, "kprism: see 'kprism --help'\n");
-        return kExitConfig;
+        return cl.command == Command::status ? kStatusError : kExitConfig;
     }
     if (cl.command == Command::help) {
         fmt::print("{}", usage_text());
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
         fmt::print("kprism {}\n", kVersion);
         return 0;
     }
+    if (cl.command == Command::status) return status_command(cl);
     Config cfg;
     if (!load_config(cl, cfg, errors)) {
         print_errors(errors);

@@ -2,8 +2,11 @@
 // bound, and only then is anything changed; a failure at either step keeps the old one in force.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kprism/connection.h"
 #include "kprism/log.h"
+#include "kprism/notify.h"
 #include "kprism/random.h"
 #include "kprism/server.h"
 
@@ -20,6 +23,15 @@ void Server::reload() {
         return;
     }
     log::info("reloading configuration", {{"file", cfg_.config_file.empty() ? "-" : cfg_.config_file}});
+    // systemd: RELOADING=1 now, READY=1 and a fresh STATUS= however the reload ends.
+    notify::reloading();
+    struct Done {
+        Server* s;
+        ~Done() {
+            notify::ready();
+            notify::status(s->status_summary());
+        }
+    } done{this};
     Config next;
     std::vector<std::string> errors;
     if (!loader_(next, errors)) {
@@ -65,6 +77,13 @@ void Server::reload() {
 // Binds the listen addresses that are new, then closes the ones that are gone. Established
 // connections do not depend on their listener and carry on.
 bool Server::apply_listeners(const Config& next, std::string& error, std::string& summary) {
+    if (socket_activated_) {  // systemd owns the listening sockets; the configured addresses are unused
+        if (next.listen.size() != cfg_.listen.size() ||
+            !std::equal(next.listen.begin(), next.listen.end(), cfg_.listen.begin(),
+                        [](const sockaddr_storage& a, const sockaddr_storage& b) { return addr_str(a) == addr_str(b); }))
+            log::warn("listen address changes are ignored: the sockets come from systemd");
+        return true;
+    }
     std::vector<std::unique_ptr<Listener>> fresh;
     for (const auto& addr : next.listen) {
         bool have = false;

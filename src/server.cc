@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "kprism/admin.h"
 #include "kprism/connection.h"
 #include "kprism/log.h"
 #include "kprism/notify.h"
@@ -51,6 +52,18 @@ bool Server::start(std::string& error) {
         log::info("listening", {{"address", l->name}});
         listeners_.push_back(std::move(l));
     }
+    admin_ = std::make_unique<Admin>(*this);
+    int admin_fd = take_admin_fd();
+    int ar = admin_fd >= 0 ? admin_->start_fd(loop_, admin_fd)
+                           : admin_->start(loop_, reinterpret_cast<const sockaddr*>(&cfg_.admin));
+    if (ar != 0) {
+        error = fmt::format("cannot listen on the admin address {} (health.bind_address, health.port): {}",
+                            admin_->name(), uv_strerror(ar));
+        admin_->close();
+        for (auto& x : listeners_) x->close();
+        return false;
+    }
+    log::info("admin endpoint listening", {{"address", admin_->name()}});
     uv_signal_init(loop_, &sig_term_);
     uv_signal_init(loop_, &sig_int_);
     uv_signal_init(loop_, &sig_usr1_);
@@ -64,6 +77,7 @@ bool Server::start(std::string& error) {
     drain_timer_.data = this;
     uv_timer_init(loop_, &resolve_timer_);
     resolve_timer_.data = this;
+    heartbeat_.start(loop_);
 
     bool any_hostname = false;
     for (size_t i = 0; i < ups_.size(); ++i) {
@@ -310,6 +324,8 @@ void Server::finish() {
     if (finished_) return;
     finished_ = true;
     for (auto& l : listeners_) l->close();
+    if (admin_) admin_->close();
+    heartbeat_.close();
     for (auto& c : checkers_)
         if (c) c->close();
     for (size_t i = 0; i < ups_.size(); ++i)

@@ -22,8 +22,9 @@ bool loopback_allowed(const Config& cfg, int fd, const sockaddr_storage& ss, std
 
 }  // namespace
 
-// Sockets named "data" (or unnamed) become the listeners, "admin" is kept for the admin server.
-// On failure nothing passed is left open.
+// Sockets named "data" become the listeners, "admin" is kept for the admin server. Also data: no
+// name ("unknown") and systemd's default name, the socket unit's ("kprism.socket"). On failure
+// nothing passed is left open.
 bool Server::adopt_passed_sockets(std::string& error) {
     std::vector<notify::ListenFd> passed = notify::listen_fds(&error);
     if (!error.empty()) return false;
@@ -37,7 +38,7 @@ bool Server::adopt_passed_sockets(std::string& error) {
     for (size_t i = 0; i < passed.size(); ++i) {
         const notify::ListenFd& p = passed[i];
         const bool admin = p.name == "admin";
-        if (!admin && p.name != "data" && p.name != "unknown") {
+        if (!admin && p.name != "data" && p.name != "unknown" && !p.name.ends_with(".socket")) {
             log::warn("ignoring a socket passed by systemd: unknown FileDescriptorName (use data or admin)",
                       {{"fd", p.fd}, {"name", p.name}});
             ::close(p.fd);

@@ -41,6 +41,9 @@ public:
 
     // Binds and listens; returns 0 or a libuv error code (then close() it).
     int start(uv_loop_t* loop, const sockaddr* addr);
+    // Listens on an already listening socket (passed by systemd). Takes ownership of `fd`
+    // whatever it returns: 0 or a libuv error code (then close() it).
+    int start_fd(uv_loop_t* loop, int fd);
     // Stops listening and closes every admin connection. Idempotent.
     void close();
     const std::string& name() const { return name_; }

@@ -94,7 +94,8 @@ struct Config {
     std::map<std::string, std::string> origin;  // option key -> "file:line", "flag", or absent (default)
 };
 
-enum class Command { run, check, version, help };
+// status: ask a running kprism for its upstreams (status_cmd.h); reads health.* only, no validation.
+enum class Command { run, check, status, version, help };
 
 struct CommandLine {
     Command command = Command::run;

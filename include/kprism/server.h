@@ -12,6 +12,7 @@
 #include "kprism/buffer_pool.h"
 #include "kprism/config.h"
 #include "kprism/health_check.h"
+#include "kprism/heartbeat.h"
 #include "kprism/listener.h"
 #include "kprism/policy.h"
 #include "kprism/tls_context.h"
@@ -19,6 +20,7 @@
 
 namespace kprism {
 
+class Admin;
 class Connection;
 
 struct Stats {
@@ -56,6 +58,11 @@ public:
     Policy& policy() { return *policy_; }
     const Stats& stats() const { return stats_; }
     size_t active_connections() const { return active_; }
+    // For the admin endpoint: no upstream up (an episode of failing open or closed), shutting
+    // down, and the event loop's own heartbeat.
+    bool failing_open() const { return failing_open_; }
+    bool draining() const { return draining_; }
+    const Heartbeat& heartbeat() const { return heartbeat_; }
 
     // Called by Connection.
     void connection_opened(Connection* c);
@@ -145,6 +152,8 @@ private:
     bool ready_sent_ = false;
     bool socket_activated_ = false;
     int admin_fd_ = -1;
+    std::unique_ptr<Admin> admin_;  // the admin HTTP endpoint (admin.h); closed by finish()
+    Heartbeat heartbeat_;
 };
 
 }  // namespace kprism

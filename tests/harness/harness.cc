@@ -54,14 +54,16 @@ static std::string env_or(const char* name, const char* def) {
 std::string kprism_bin() { return env_or("KPRISM_BIN", "build/kprism"); }
 std::string standin_bin() { return env_or("KPRISM_STANDIN", "build/kprism-standin"); }
 
-// In the child: the environment for execve, with spawn.env over the inherited one.
+// In the child: the environment for execve, with spawn.env over the inherited one. systemd's
+// variables are never inherited (a test run under systemd must not notify it from a child).
 static std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
+    auto name = [](std::string_view kv) { return kv.substr(0, kv.find('=')); };
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) {
         std::string_view kv(*e);
-        bool replaced = false;
-        for (const auto& x : extra) replaced = replaced || x.substr(0, x.find('=') + 1) == kv.substr(0, kv.find('=') + 1);
-        if (!replaced) env.emplace_back(kv);
+        bool drop = name(kv) == "NOTIFY_SOCKET" || name(kv).starts_with("LISTEN_") || name(kv).starts_with("WATCHDOG_");
+        for (const auto& x : extra) drop = drop || name(x) == name(kv);
+        if (!drop) env.emplace_back(kv);
     }
     std::string pid = std::to_string(getpid());
     for (std::string x : extra) {
@@ -344,6 +346,16 @@ std::string recv_until_eof(int fd, int* err, std::chrono::milliseconds timeout) 
         }
         out.append(buf, static_cast<size_t>(r));
     }
+}
+
+bool echo_ok(int port) {
+    int fd = connect_to(port);
+    if (fd < 0) return false;
+    bool ok = send_all(fd, "ping", 4);
+    char b[4];
+    ok = ok && recv_exact(fd, b, 4, 5000ms) == 4 && memcmp(b, "ping", 4) == 0;
+    ::close(fd);
+    return ok;
 }
 
 std::string http_get(int port, const std::string& path) {

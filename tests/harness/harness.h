@@ -118,6 +118,8 @@ bool send_all(int fd, const void* p, size_t n);
 size_t recv_exact(int fd, void* p, size_t n, std::chrono::milliseconds timeout = 10000ms);
 // Reads until EOF (or error); returns data; sets *err to errno of the error (0 on clean EOF).
 std::string recv_until_eof(int fd, int* err = nullptr, std::chrono::milliseconds timeout = 10000ms);
+// One "ping" round trip over a new connection to an echo service; false on any failure.
+bool echo_ok(int port);
 // A reply to one small HTTP request sent over a new connection.
 std::string http_get(int port, const std::string& path = "/");
 

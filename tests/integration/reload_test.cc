@@ -48,15 +48,6 @@ bool reload(Kprism& k) {
     return k.count_output("msg=\"configuration reloaded\"") > ok;
 }
 
-bool echo_ok(int port) {
-    int fd = connect_to(port);
-    if (fd < 0) return false;
-    bool ok = send_all(fd, "ping", 4);
-    char b[4];
-    ok = ok && recv_exact(fd, b, 4, 5000ms) == 4 && memcmp(b, "ping", 4) == 0;
-    ::close(fd);
-    return ok;
-}
 
 }  // namespace
 

@@ -15,15 +15,6 @@ using namespace it;
 namespace {
 std::string refused_endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
 
-bool echo_ok(int port) {
-    int fd = connect_to(port);
-    if (fd < 0) return false;
-    bool ok = send_all(fd, "ping", 4);
-    char b[4];
-    ok = ok && recv_exact(fd, b, 4, 5000ms) == 4 && memcmp(b, "ping", 4) == 0;
-    ::close(fd);
-    return ok;
-}
 }  // namespace
 
 TEST(Upstream, RefusedIsRetriedOnAnother) {
