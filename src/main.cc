@@ -24,6 +24,7 @@ void print_errors(const std::vector<std::string>& errors) {
 
 int run(const Config& cfg, const CommandLine& cl) {
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);  // a stray SIGUSR2 must not kill the daemon (only the test hook uses it)
     uv_loop_t loop;
     uv_loop_init(&loop);
     int rc = 0;
