@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "harness/harness.h"
+#include "harness/apiserver.h"
 #include "harness/pki.h"
 
 using namespace it;
@@ -28,23 +29,6 @@ using SysClock = std::chrono::system_clock;
 
 namespace {
 
-struct Apiserver {
-    Apiserver(const Pki& pki, const std::string& name) : port(free_port()), readyz(pki.dir + "/readyz-" + name) {
-        set("200");
-        proc = std::make_unique<Process>(std::vector<std::string>{
-            standin_bin(), "--listen", addr(), "--name", name, "--tls-cert", pki.server_cert, "--tls-key",
-            pki.server_key, "--client-ca", pki.ca_cert, "--readyz-file", readyz});
-        proc->wait_output("listening");
-    }
-    void set(const std::string& m) {
-        std::ofstream(readyz + ".tmp") << m << "\n";
-        std::rename((readyz + ".tmp").c_str(), readyz.c_str());
-    }
-    std::string addr() const { return "127.0.0.1:" + std::to_string(port); }
-    int port;
-    std::string readyz;
-    std::unique_ptr<Process> proc;
-};
 
 // A blocking TLS client through kprism: connect, handshake (5 s limit, like a patient kubelet),
 // one keep-alive GET; remembers which stand-in answered.

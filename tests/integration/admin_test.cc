@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "harness/harness.h"
+#include "harness/apiserver.h"
 #include "harness/pki.h"
 
 using namespace it;
@@ -69,24 +70,6 @@ double sample(const std::string& metrics, const std::string& series) {
 
 std::string dead_endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
 
-// A TLS stand-in apiserver (build/kprism-standin) requiring client certificates from the CA.
-struct Apiserver {
-    Apiserver(const Pki& pki, const std::string& name) : port(free_port()), readyz(pki.dir + "/readyz-" + name) {
-        set("200");
-        proc = std::make_unique<Process>(std::vector<std::string>{
-            standin_bin(), "--listen", addr(), "--name", name, "--tls-cert", pki.server_cert, "--tls-key",
-            pki.server_key, "--client-ca", pki.ca_cert, "--readyz-file", readyz});
-        if (!proc->wait_output("listening")) throw std::runtime_error("standin did not start: " + proc->output());
-    }
-    void set(const std::string& mode) {
-        std::ofstream(readyz + ".tmp") << mode << "\n";
-        std::rename((readyz + ".tmp").c_str(), readyz.c_str());
-    }
-    std::string addr() const { return "127.0.0.1:" + std::to_string(port); }
-    int port;
-    std::string readyz;
-    std::unique_ptr<Process> proc;
-};
 
 std::vector<std::string> tls_flags(const Pki& pki) {
     return {"--client-cert",   pki.client_pem, "--client-key", pki.client_pem, "--ca-file", pki.ca_cert,

@@ -11,34 +11,13 @@
 #include <poll.h>
 
 #include "harness/harness.h"
+#include "harness/apiserver.h"
 #include "harness/pki.h"
 
 using namespace it;
 
 namespace {
 
-// A TLS stand-in apiserver (build/kprism-standin) requiring client certificates from the CA.
-struct Apiserver {
-    Apiserver(const Pki& pki, const std::string& name, bool wrong_name = false)
-        : port(free_port()), readyz(pki.dir + "/readyz-" + name), name(name) {
-        set("200");
-        proc = std::make_unique<Process>(std::vector<std::string>{
-            standin_bin(), "--listen", addr(), "--name", name, "--tls-cert",
-            wrong_name ? pki.wrong_name_server_cert : pki.server_cert, "--tls-key",
-            wrong_name ? pki.wrong_name_server_key : pki.server_key, "--client-ca", pki.ca_cert, "--readyz-file",
-            readyz});
-        if (!proc->wait_output("listening")) throw std::runtime_error("standin did not start: " + proc->output());
-    }
-    void set(const std::string& mode) {
-        std::ofstream(readyz + ".tmp") << mode << "\n";
-        std::rename((readyz + ".tmp").c_str(), readyz.c_str());
-    }
-    std::string addr() const { return "127.0.0.1:" + std::to_string(port); }
-    int port;
-    std::string readyz;
-    std::string name;
-    std::unique_ptr<Process> proc;
-};
 
 std::vector<std::string> tls_flags(const Pki& pki, const std::string& cert = "") {
     std::string c = cert.empty() ? pki.client_pem : cert;

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "harness/harness.h"
+#include "harness/apiserver.h"
 #include "harness/pki.h"
 
 using namespace it;
@@ -102,24 +103,6 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
     return a;
 }
 
-// A TLS stand-in apiserver whose /readyz answer the test switches (as in health_test.cc).
-struct Apiserver {
-    explicit Apiserver(const Pki& pki) : port(free_port()), readyz(pki.dir + "/readyz-" + std::to_string(port)) {
-        set("200");
-        proc = std::make_unique<Process>(std::vector<std::string>{
-            standin_bin(), "--listen", addr(), "--name", "a", "--tls-cert", pki.server_cert, "--tls-key",
-            pki.server_key, "--client-ca", pki.ca_cert, "--readyz-file", readyz});
-        if (!proc->wait_output("listening")) throw std::runtime_error("standin did not start: " + proc->output());
-    }
-    void set(const std::string& mode) {
-        std::ofstream(readyz + ".tmp") << mode << "\n";
-        std::rename((readyz + ".tmp").c_str(), readyz.c_str());
-    }
-    std::string addr() const { return "127.0.0.1:" + std::to_string(port); }
-    int port;
-    std::string readyz;
-    std::unique_ptr<Process> proc;
-};
 
 std::vector<std::string> tls_flags(const Pki& pki) {
     return {"--client-cert",   pki.client_pem, "--client-key",    pki.client_pem, "--ca-file", pki.ca_cert,
@@ -191,7 +174,7 @@ TEST(Notify, WithoutNotifySocketNothingIsSent) {
 // READY waits for the first health round: every upstream has its first result.
 TEST(Notify, ReadyAfterFirstRoundAndStatusFollowsHealth) {
     Pki pki;
-    Apiserver a(pki);
+    Apiserver a(pki, "a");
     std::string refused = "127.0.0.1:" + std::to_string(free_port());
     NotifySocket ns;
     Kprism k({a.addr(), refused}, tls_flags(pki), Spawn{{ns.env()}, {}});
