@@ -169,6 +169,9 @@ TEST(Reload, BadConfigurationKeepsTheOldOne) {
     EXPECT_TRUE(k.running());
     EXPECT_TRUE(echo_ok(k.port));
     EXPECT_EQ(k.count_output("configuration reloaded"), 0u);
+    std::string metrics = http_get(k.admin_port, "/metrics");
+    EXPECT_NE(metrics.find("kprism_config_reloads_total{result=\"failure\"} 2"), std::string::npos) << metrics;
+    EXPECT_NE(metrics.find("kprism_config_reloads_total{result=\"success\"} 0"), std::string::npos) << metrics;
 }
 
 TEST(Reload, ListenersFollowTheFile) {
