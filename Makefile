@@ -2,6 +2,7 @@
 # `make` builds build/kprism; `make test` runs every test; see README.md for the rest.
 
 PREFIX ?= /usr/local
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR ?=
 BUILD ?= build
 CXX ?= g++
@@ -28,9 +29,21 @@ ifneq ($(SAN),)
 CXXFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SAN)
 endif
+# STATIC=1 (see `make static`): a fully static binary - libuv_a.a, libssl.a/libcrypto.a, fmt
+# header-only, static libstdc++/libgcc/glibc, stripped. KPRISM_STATIC=1 makes configuration
+# validation reject hostname endpoints (a static glibc cannot load NSS modules to resolve them).
+STATIC ?= 0
+ifeq ($(STATIC),1)
+CXXFLAGS_BASE += -DFMT_HEADER_ONLY -DKPRISM_STATIC=1
+LDFLAGS += -static -static-libstdc++ -static-libgcc -s
+endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
+ifeq ($(STATIC),1)
+LDLIBS = $(shell pkg-config --libs --static libuv-static openssl)
+else
 LDLIBS = $(shell pkg-config --libs $(PKGS))
+endif
 
 LIB_SRCS := $(filter-out src/main.cc,$(wildcard src/*.cc))
 LIB_OBJS := $(LIB_SRCS:src/%.cc=$(BUILD)/obj/%.o)
@@ -39,7 +52,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test unit integration asan clean install deps run demo bench-failover bench-probes monitoring FORCE
+.PHONY: all test unit integration asan clean install deps run demo bench-failover bench-probes monitoring static test-static FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -63,6 +76,13 @@ $(BUILD)/obj/version.o: $(BUILD)/version.stamp
 $(BUILD)/systemd.stamp: FORCE | $(BUILD)/obj
 	@echo '$(WITH_SYSTEMD)' | cmp -s - $@ || echo '$(WITH_SYSTEMD)' > $@
 $(BUILD)/obj/notify.o: $(BUILD)/systemd.stamp
+
+# Every object is rebuilt when STATIC changes (only tracked once a tree has been built STATIC=1).
+$(BUILD)/static.stamp: FORCE | $(BUILD)/obj
+	@echo '$(STATIC)' | cmp -s - $@ || echo '$(STATIC)' > $@
+ifneq ($(STATIC)$(wildcard $(BUILD)/static.stamp),0)
+$(LIB_OBJS) $(BUILD)/obj/main.o: $(BUILD)/static.stamp
+endif
 
 $(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -104,12 +124,49 @@ integration: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
 test: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
 ifeq ($(SAN),)
 	tests/monitoring/run.sh
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
 endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
 
 # Alerting rules and Grafana dashboard (packaging/monitoring): promtool checks and unit tests.
 monitoring:
 	tests/monitoring/run.sh
+
+# Fully static, stripped build/static/kprism (Talos extensions, see README "Static build").
+static:
+	$(MAKE) BUILD=build/static WITH_SYSTEMD=0 STATIC=1 build/static/kprism
+
+# Checks on the static binary (static, runs in an empty chroot, rejects hostnames) and a subset
+# of the integration suite against it; ends with "static: N passed, M failed".
+test-static: static $(BUILD)/kprism-standin $(BUILD)/tests/integration
+	KPRISM_STATIC_BIN=$(abspath build/static/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
+		KPRISM_IT=$(abspath $(BUILD)/tests/integration) tests/static/run.sh
+
+# Talos system extension tree, build/talos-extension/ (manifest.yaml, rootfs/, Containerfile):
+# the image content for `buildah bud`/`docker build`, see talos-extension/README.md.
+# TALOS_BIN=path uses another binary instead of `make static`'s (for tests only: the validator
+# then needs --allow-dynamic for a dynamically linked one).
+TALOS_BIN ?= build/static/kprism
+TALOS_TREE := build/talos-extension
+.PHONY: talos-extension test-packaging
+talos-extension: $(if $(filter build/static/kprism,$(TALOS_BIN)),static,$(TALOS_BIN))
+	rm -rf $(TALOS_TREE)
+	install -d -m 0755 $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism \
+		$(TALOS_TREE)/rootfs/usr/local/etc/containers
+	sed 's|@VERSION@|$(VERSION)|' talos-extension/manifest.yaml > $(TALOS_TREE)/manifest.yaml
+	chmod 0644 $(TALOS_TREE)/manifest.yaml
+	install -m 0644 talos-extension/Containerfile $(TALOS_TREE)/Containerfile
+	install -m 0644 talos-extension/kprism.yaml $(TALOS_TREE)/rootfs/usr/local/etc/containers/kprism.yaml
+	install -m 0755 $(TALOS_BIN) $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism/kprism
+	chmod -R go-w $(TALOS_TREE)
+	talos-extension/validate.py $(if $(filter build/static/kprism,$(TALOS_BIN)),,--allow-dynamic) \
+		--service-config talos-extension/examples/extension-service-config.yaml $(TALOS_TREE)
+
+# Packaging checks: the Talos extension tree, the static pod manifest, `kprism check` on every
+# example configuration; ends with "packaging: N passed, M failed".
+test-packaging: talos-extension $(BUILD)/kprism
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) TALOS_TREE=$(abspath $(TALOS_TREE)) \
+		TALOS_ALLOW_DYNAMIC=$(if $(filter build/static/kprism,$(TALOS_BIN)),0,1) tests/packaging/run.sh
 
 # ASan + UBSan build in its own tree, all tests under it.
 asan:
@@ -123,9 +180,39 @@ install: $(BUILD)/kprism
 	install -D -m 0644 man/kprism.8 $(DESTDIR)$(PREFIX)/share/man/man8/kprism.8
 	install -D -m 0644 man/kprism.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/kprism.toml.5
 	install -D -m 0644 packaging/kprism.toml.example $(DESTDIR)$(PREFIX)/share/doc/kprism/kprism.toml.example
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	for u in kprism.service kprism.socket kprism-admin.socket; do \
+		sed 's|/usr/bin/kprism|$(PREFIX)/bin/kprism|g' packaging/systemd/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+	done
+
+# The Debian package (packaging/debian): dpkg-buildpackage -us -uc -b in a staged copy of the
+# tree's tracked and untracked, not ignored files, build/deb/kprism-$(DEB_VERSION)/, with
+# packaging/debian as debian/; the .deb lands in build/. test-deb checks its contents and runs the
+# extracted binary; test-man checks the man pages against --help and `check` (part of `test`).
+DEB_VERSION := $(shell dpkg-parsechangelog -l packaging/debian/changelog -S Version 2>/dev/null | sed 's/-[^-]*$$//')
+DEB_STAGE := build/deb/kprism-$(DEB_VERSION)
+.PHONY: deb test-deb test-man
+deb:
+	rm -rf build/deb && mkdir -p $(DEB_STAGE)
+	git ls-files -z --cached --others --exclude-standard | \
+		xargs -0 sh -c 'for f; do [ -f "$$f" ] && printf "%s\0" "$$f"; done; true' sh | \
+		tar --null -T - -cf - | tar -xf - -C $(DEB_STAGE)
+	rm -rf $(DEB_STAGE)/debian && cp -a packaging/debian $(DEB_STAGE)/debian
+	cd $(DEB_STAGE) && dpkg-buildpackage -us -uc -b -jauto
+	rm -f build/kprism_*.deb build/kprism-dbgsym_*.deb build/kprism_*.buildinfo build/kprism_*.changes
+	for f in build/deb/kprism_* build/deb/kprism-dbgsym_*; do [ ! -e "$$f" ] || mv "$$f" build/; done
+	@ls build/kprism_*.deb
+
+test-deb: deb
+	tests/packaging/deb_check.sh build/kprism_$(DEB_VERSION)-*.deb
+
+test-man: $(BUILD)/kprism
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
 
 DEB_PKGS := build-essential pkg-config libuv1-dev libssl-dev libtomlplusplus-dev libfmt-dev libsystemd-dev \
-	libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3
+	libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3 python3-yaml \
+	debhelper dpkg-dev fakeroot
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)

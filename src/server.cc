@@ -12,6 +12,10 @@
 #include "kprism/notify.h"
 #include "kprism/random.h"
 
+#ifndef KPRISM_STATIC
+#define KPRISM_STATIC 0  // 1 in `make static` builds (see Makefile)
+#endif
+
 namespace kprism {
 
 namespace {
@@ -110,6 +114,12 @@ void Server::start_checker(Upstream& u, uint64_t first_delay_ms) {
 }
 
 void Server::resolve(Upstream& u) {
+#if KPRISM_STATIC
+    // Static build: validation rejects hostname endpoints, so this is never reached, and
+    // uv_getaddrinfo (glibc getaddrinfo, which needs NSS modules) is not linked in at all.
+    log::error("cannot resolve endpoint: this static build cannot resolve names", {{"upstream", u.name}});
+}
+#else
     if (u.resolving) return;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -153,6 +163,7 @@ void Server::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res) {
     u->resolve_failed_logged = false;
     uv_freeaddrinfo(res);
 }
+#endif  // KPRISM_STATIC
 
 void Server::on_resolve_timer(uv_timer_t* t) {
     auto* self = static_cast<Server*>(t->data);
