@@ -199,23 +199,29 @@ long Kprism::stat(const std::string& key) {
     return std::strtol(o.c_str() + k + key.size() + 2, nullptr, 10);
 }
 
-TcpServer::TcpServer(Handler h, bool ipv6, int backlog) : ipv6_(ipv6), handler_(std::move(h)) {
-    listen_fd_ = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_storage ss{};
-    socklen_t len;
+// 127.0.0.1:port or [::1]:port; returns the address length.
+static socklen_t loopback(int port, bool ipv6, sockaddr_storage& ss) {
+    ss = {};
     if (ipv6) {
         auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
         a->sin6_family = AF_INET6;
         a->sin6_addr = in6addr_loopback;
-        len = sizeof *a;
-    } else {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        len = sizeof *a;
+        a->sin6_port = htons(static_cast<uint16_t>(port));
+        return sizeof *a;
     }
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a->sin_port = htons(static_cast<uint16_t>(port));
+    return sizeof *a;
+}
+
+TcpServer::TcpServer(Handler h, bool ipv6, int backlog) : ipv6_(ipv6), handler_(std::move(h)) {
+    listen_fd_ = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_storage ss;
+    socklen_t len = loopback(0, ipv6, ss);
     if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(listen_fd_, backlog) != 0)
         throw std::runtime_error("TcpServer bind/listen failed");
     getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
@@ -273,21 +279,8 @@ void TcpServer::echo(int fd) {
 
 int connect_to(int port, bool ipv6) {
     int fd = ::socket(ipv6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_storage ss{};
-    socklen_t len;
-    if (ipv6) {
-        auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-        a->sin6_family = AF_INET6;
-        a->sin6_addr = in6addr_loopback;
-        a->sin6_port = htons(static_cast<uint16_t>(port));
-        len = sizeof *a;
-    } else {
-        auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-        a->sin_family = AF_INET;
-        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a->sin_port = htons(static_cast<uint16_t>(port));
-        len = sizeof *a;
-    }
+    sockaddr_storage ss;
+    socklen_t len = loopback(port, ipv6, ss);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
         ::close(fd);
         return -1;
