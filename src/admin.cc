@@ -1,6 +1,7 @@
 // Admin HTTP connections: accept (at most Admin::kMaxConnections), read one bounded request head
 // within a deadline, answer from memory with uv_write, then close; and the routes.
 #include "kprism/admin.h"
+#include "kprism/listener.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -126,34 +127,10 @@ AdminResponse Admin::route(const HttpRequest& req) {
 
 int Admin::start(uv_loop_t* loop, const sockaddr* addr) {
     name_ = sockaddr_str(addr);
-    int r = uv_tcp_init_ex(loop, &tcp_, addr->sa_family);
-    if (r != 0) return r;
-    open_ = true;
-    tcp_.data = this;
-    r = uv_tcp_bind(&tcp_, addr, addr->sa_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0);
-    if (r == 0) r = uv_listen(reinterpret_cast<uv_stream_t*>(&tcp_), 128, on_connection);
-    return r;
+    return listen_on(loop, tcp_, open_, this, addr, 128, on_connection);
 }
 
-int Admin::start_fd(uv_loop_t* loop, int fd) {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    name_ = getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0
-                ? sockaddr_str(reinterpret_cast<sockaddr*>(&ss))
-                : fmt::format("fd {}", fd);
-    int r = uv_tcp_init(loop, &tcp_);
-    if (r != 0) {
-        ::close(fd);
-        return r;
-    }
-    open_ = true;
-    tcp_.data = this;
-    if (r = uv_tcp_open(&tcp_, fd); r != 0) {
-        ::close(fd);  // not the handle's yet; close() closes only the handle
-        return r;
-    }
-    return uv_listen(reinterpret_cast<uv_stream_t*>(&tcp_), 128, on_connection);
-}
+int Admin::start_fd(uv_loop_t* loop, int fd) { return listen_on_fd(loop, tcp_, open_, this, fd, 128, on_connection, name_); }
 
 void Admin::close() {
     if (open_) {

@@ -28,20 +28,19 @@ void on_connection(uv_stream_t* s, int status) {
 }
 }  // namespace
 
-int Listener::start(uv_loop_t* loop, Server* server, const sockaddr* addr) {
-    srv = server;
-    name = sockaddr_str(addr);
+int listen_on(uv_loop_t* loop, uv_tcp_t& tcp, bool& open, void* data, const sockaddr* addr, int backlog,
+              uv_connection_cb cb) {
     int r = uv_tcp_init_ex(loop, &tcp, addr->sa_family);
     if (r != 0) return r;
     open = true;
-    tcp.data = this;
+    tcp.data = data;
     r = uv_tcp_bind(&tcp, addr, addr->sa_family == AF_INET6 ? UV_TCP_IPV6ONLY : 0);
-    if (r == 0) r = uv_listen(reinterpret_cast<uv_stream_t*>(&tcp), 4096, on_connection);
+    if (r == 0) r = uv_listen(reinterpret_cast<uv_stream_t*>(&tcp), backlog, cb);
     return r;
 }
 
-int Listener::start_fd(uv_loop_t* loop, Server* server, int fd) {
-    srv = server;
+int listen_on_fd(uv_loop_t* loop, uv_tcp_t& tcp, bool& open, void* data, int fd, int backlog, uv_connection_cb cb,
+                 std::string& name) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
     name = getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 ? sockaddr_str(reinterpret_cast<sockaddr*>(&ss))
@@ -52,13 +51,24 @@ int Listener::start_fd(uv_loop_t* loop, Server* server, int fd) {
         return r;
     }
     open = true;
-    tcp.data = this;
+    tcp.data = data;
     if (r = uv_tcp_open(&tcp, fd); r != 0) {
-        ::close(fd);  // not the handle's yet; close() closes only the handle
+        ::close(fd);  // not the handle's yet; closing the handle does not close it
         return r;
     }
     // listen(2) again on a listening socket only sets the backlog.
-    return uv_listen(reinterpret_cast<uv_stream_t*>(&tcp), 4096, on_connection);
+    return uv_listen(reinterpret_cast<uv_stream_t*>(&tcp), backlog, cb);
+}
+
+int Listener::start(uv_loop_t* loop, Server* server, const sockaddr* addr) {
+    srv = server;
+    name = sockaddr_str(addr);
+    return listen_on(loop, tcp, open, this, addr, 4096, on_connection);
+}
+
+int Listener::start_fd(uv_loop_t* loop, Server* server, int fd) {
+    srv = server;
+    return listen_on_fd(loop, tcp, open, this, fd, 4096, on_connection, name);
 }
 
 bool inspect_listen_fd(int fd, sockaddr_storage& addr, std::string& error) {

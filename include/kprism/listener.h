@@ -25,6 +25,16 @@ struct Listener {
     void close();
 };
 
+// The two ways a libuv listener starts, shared by the data listeners and the admin endpoint.
+// `open` is set as soon as `tcp` needs uv_close; `tcp.data` is set to `data` before listening.
+// Returns 0 or a libuv error code.
+int listen_on(uv_loop_t* loop, uv_tcp_t& tcp, bool& open, void* data, const sockaddr* addr, int backlog,
+              uv_connection_cb cb);
+// For a socket that is already listening (socket activation): takes ownership of `fd` whatever
+// it returns, and fills `name` with its local address.
+int listen_on_fd(uv_loop_t* loop, uv_tcp_t& tcp, bool& open, void* data, int fd, int backlog, uv_connection_cb cb,
+                 std::string& name);
+
 // Is `fd` a listening TCP socket (IPv4 or IPv6)? Then fills `addr` with its local address;
 // otherwise returns false with a message in `error`.
 bool inspect_listen_fd(int fd, sockaddr_storage& addr, std::string& error);
