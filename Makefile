@@ -16,6 +16,7 @@ ifeq ($(WITH_SYSTEMD),1)
 PKGS += libsystemd
 endif
 WERROR ?= 0
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 SAN ?=
 OPT ?= -O2
 
@@ -52,7 +53,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test unit integration asan clean install deps run demo bench-failover bench-probes monitoring static test-static FORCE
+.PHONY: all test test-core test-shipping test-systemd unit integration asan clean install deps run demo bench-failover bench-probes monitoring static test-static FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -120,13 +121,26 @@ unit: $(BUILD)/tests/unit
 integration: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/integration
 
-# Every test: unit, then integration against the real binary; ends with "N passed, N failed".
-test: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
+# Every test: unit, then integration against the real binary, then (SHIPPING=1, the default, and
+# not under sanitizers) the shipping checks: static binary, Talos extension, static pod, example
+# configs, systemd units, Debian package. Each suite ends with "N passed, N failed".
+SHIPPING ?= 1
+test: test-core $(if $(and $(filter 1,$(SHIPPING)),$(if $(SAN),,1)),test-shipping)
+
+test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration
 ifeq ($(SAN),)
 	tests/monitoring/run.sh
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
 endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
+
+# About three minutes on two cores, most of it compiling the static binary and the package.
+test-shipping: test-systemd test-static test-packaging test-deb
+
+# The systemd units under systemd-analyze, and the unprivileged certificate copy end to end.
+test-systemd: $(BUILD)/kprism $(BUILD)/kprism-standin
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/systemd_verify.sh
+	$(TEST_ENV) tests/packaging/copy_cert.sh
 
 # Alerting rules and Grafana dashboard (packaging/monitoring): promtool checks and unit tests.
 monitoring:
@@ -134,7 +148,7 @@ monitoring:
 
 # Fully static, stripped build/static/kprism (Talos extensions, see README "Static build").
 static:
-	$(MAKE) BUILD=build/static WITH_SYSTEMD=0 STATIC=1 build/static/kprism
+	$(MAKE) -j$(NPROC) BUILD=build/static WITH_SYSTEMD=0 STATIC=1 build/static/kprism
 
 # Checks on the static binary (static, runs in an empty chroot, rejects hostnames) and a subset
 # of the integration suite against it; ends with "static: N passed, M failed".
@@ -175,14 +189,17 @@ asan:
 clean:
 	rm -rf build
 
+SYSTEMD_UNITS := kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service
 install: $(BUILD)/kprism
 	install -D -m 0755 $(BUILD)/kprism $(DESTDIR)$(PREFIX)/bin/kprism
 	install -D -m 0644 man/kprism.8 $(DESTDIR)$(PREFIX)/share/man/man8/kprism.8
 	install -D -m 0644 man/kprism.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/kprism.toml.5
 	install -D -m 0644 packaging/kprism.toml.example $(DESTDIR)$(PREFIX)/share/doc/kprism/kprism.toml.example
+	install -D -m 0755 packaging/systemd/kprism-copy-cert $(DESTDIR)$(PREFIX)/lib/kprism/kprism-copy-cert
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
-	for u in kprism.service kprism.socket kprism-admin.socket; do \
-		sed 's|/usr/bin/kprism|$(PREFIX)/bin/kprism|g' packaging/systemd/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
+	for u in $(SYSTEMD_UNITS); do \
+		sed -e 's|/usr/bin/kprism|$(PREFIX)/bin/kprism|g' -e 's|/usr/lib/kprism/|$(PREFIX)/lib/kprism/|g' \
+			packaging/systemd/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
 		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
 	done
 

@@ -18,7 +18,8 @@ bad() { echo "deb_check: FAIL: $*"; failed=$((failed + 1)); }
 
 contents=$(dpkg-deb -c "$deb" | awk '{ print $NF }' | sed 's|^\./|/|')
 for f in /usr/bin/kprism /lib/systemd/system/kprism.service /lib/systemd/system/kprism.socket \
-        /lib/systemd/system/kprism-admin.socket /usr/share/man/man8/kprism.8.gz \
+        /lib/systemd/system/kprism-admin.socket /lib/systemd/system/kprism-cert.path \
+        /lib/systemd/system/kprism-cert.service /usr/lib/kprism/kprism-copy-cert /usr/share/man/man8/kprism.8.gz \
         /usr/share/man/man5/kprism.toml.5.gz /etc/kprism/kprism.toml; do
     grep -qxF "$f" <<<"$contents" && ok "contains $f" || bad "$deb lacks $f"
 done
@@ -46,19 +47,26 @@ if out=$("$bin" check --config "$root/etc/kprism/kprism.toml" 2>&1); then
 else
     bad "check --config <root>/etc/kprism/kprism.toml failed: $out"
 fi
+# The conffile reads the copy kprism-copy-cert makes for the dynamic user (packaging/systemd).
+[ "$(grep -c '^client_\(cert\|key\) = "/run/kprism/kubelet-client.pem"$' "$root/etc/kprism/kprism.toml")" = 2 ] \
+    && ok "conffile: client_cert and client_key at /run/kprism/kubelet-client.pem" \
+    || bad "conffile client_cert/client_key: $(grep '^client_' "$root/etc/kprism/kprism.toml")"
+[ -x "$root/usr/lib/kprism/kprism-copy-cert" ] && ok "/usr/lib/kprism/kprism-copy-cert executable" \
+    || bad "/usr/lib/kprism/kprism-copy-cert not executable"
 # The packaged units still point at /usr/bin/kprism and verify against the packaged binary.
 grep -qx 'ExecStart=/usr/bin/kprism --config /etc/kprism/kprism.toml' "$root/lib/systemd/system/kprism.service" \
     && ok "kprism.service ExecStart=/usr/bin/kprism" || bad "kprism.service ExecStart"
 if command -v systemd-analyze >/dev/null; then
     mkdir -p "$root/verify"
-    for u in kprism.service kprism.socket kprism-admin.socket; do
-        sed "s#/usr/bin/kprism#$bin#g" "$root/lib/systemd/system/$u" > "$root/verify/$u"
+    units=(kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service)
+    for u in "${units[@]}"; do
+        sed -e "s#/usr/bin/kprism#$bin#g" -e "s#/usr/lib/kprism/#$root/usr/lib/kprism/#g" \
+            "$root/lib/systemd/system/$u" > "$root/verify/$u"
     done
     mkdir -p "$root/man/man8" "$root/man/man5"
     ln -s "$root/usr/share/man/man8/kprism.8.gz" "$root/man/man8/"
     ln -s "$root/usr/share/man/man5/kprism.toml.5.gz" "$root/man/man5/"
-    if out=$(MANPATH="$root/man" systemd-analyze verify "$root"/verify/kprism.service \
-            "$root"/verify/kprism.socket "$root"/verify/kprism-admin.socket 2>&1) && [ -z "$out" ]; then
+    if out=$(MANPATH="$root/man" systemd-analyze verify "${units[@]/#/$root/verify/}" 2>&1) && [ -z "$out" ]; then
         ok "systemd-analyze verify of the packaged units"
     else
         bad "systemd-analyze verify: $out"

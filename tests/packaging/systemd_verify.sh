@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# systemd-analyze verify of packaging/systemd/kprism.service, kprism.socket and
-# kprism-admin.socket, plus the offline `systemd-analyze security` exposure of the service
+# systemd-analyze verify of packaging/systemd/kprism.service, kprism.socket,
+# kprism-admin.socket, kprism-cert.path and kprism-cert.service, plus the offline `systemd-analyze security` exposure of the service
 # (fails above MAX_EXPOSURE, default 2.5). verify needs ExecStart= binaries and the man pages of
 # Documentation= to exist, so the units are checked as copies whose /usr/bin/kprism points at
-# the built binary (KPRISM_BIN, default build/kprism) and with MANPATH at the source man pages.
+# the built binary (KPRISM_BIN, default build/kprism), /usr/lib/kprism/ at packaging/systemd/, and with MANPATH at the source man pages.
 # Usage: tests/packaging/systemd_verify.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,9 +17,10 @@ mkdir -p "$T/units" "$T/man/man8" "$T/man/man5"
 cp "$BIN" "$T/kprism"
 cp man/kprism.8 "$T/man/man8/"
 cp man/kprism.toml.5 "$T/man/man5/"
-units=(kprism.service kprism.socket kprism-admin.socket)
+units=(kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service)
 for u in "${units[@]}"; do
-    sed "s#/usr/bin/kprism#$T/kprism#g" "packaging/systemd/$u" > "$T/units/$u"
+    sed -e "s#/usr/bin/kprism#$T/kprism#g" -e "s#/usr/lib/kprism/#$PWD/packaging/systemd/#g" \
+        "packaging/systemd/$u" > "$T/units/$u"
 done
 fail=0
 # verify prints nothing and exits 0 for good units; any output is a warning worth fixing.
@@ -29,7 +30,8 @@ if [ -n "$out" ]; then echo "$out"; fail=1; fi
 # The service must keep the settings its documentation promises.
 for want in Type=notify NotifyAccess=main WatchdogSec=10s TimeoutStopSec=35s Restart=always \
         'ExecReload=/bin/kill -HUP $MAINPID' 'ExecStartPre=/usr/bin/kprism check --config /etc/kprism/kprism.toml' \
-        CapabilityBoundingSet= ProtectSystem=strict NoNewPrivileges=yes; do
+        'ExecStartPre=+/usr/lib/kprism/kprism-copy-cert' DynamicUser=yes RuntimeDirectory=kprism \
+        Wants=kprism-cert.path CapabilityBoundingSet= ProtectSystem=strict NoNewPrivileges=yes; do
     grep -qxF "$want" packaging/systemd/kprism.service || { echo "systemd_verify: kprism.service lacks '$want'"; fail=1; }
 done
 if sec=$(systemd-analyze security --offline=yes "$T/units/kprism.service" 2>&1); then
