@@ -135,7 +135,13 @@ endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
 
 # About three minutes on two cores, most of it compiling the static binary and the package.
-test-shipping: test-systemd test-static test-packaging test-deb
+test-shipping: test-systemd test-static test-packaging test-images test-deb
+
+# Both OCI images built with buildah (FROM scratch, no daemon, no registry) into
+# build/images/kprism-talos.oci.tar and build/images/kprism.oci.tar, and their content checked.
+.PHONY: images test-images
+images test-images: talos-extension
+	tests/packaging/images.sh
 
 # The systemd units under systemd-analyze, and the unprivileged certificate copy end to end.
 test-systemd: $(BUILD)/kprism $(BUILD)/kprism-standin
@@ -229,7 +235,7 @@ test-man: $(BUILD)/kprism
 
 DEB_PKGS := build-essential pkg-config libuv1-dev libssl-dev libtomlplusplus-dev libfmt-dev libsystemd-dev \
 	libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3 python3-yaml \
-	debhelper dpkg-dev fakeroot
+	debhelper dpkg-dev fakeroot buildah
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)
