@@ -77,9 +77,16 @@ void Connection::start_attempt() {
     upstream_.open = true;
     open_handles_++;
     apply_tcp_options(&upstream_.tcp, srv_.config().s);
-    creq_.data = this;
-    r = uv_tcp_connect(&creq_, &upstream_.tcp, reinterpret_cast<const sockaddr*>(&up_->sa), on_connect);
+    creq_ = srv_.connect_reqs().get();
+    if (!creq_) {
+        attempt_failed("out of memory", false);
+        return;
+    }
+    creq_->data = this;
+    r = uv_tcp_connect(creq_, &upstream_.tcp, reinterpret_cast<const sockaddr*>(&up_->sa), on_connect);
     if (r != 0) {
+        srv_.connect_reqs().put(creq_);
+        creq_ = nullptr;
         attempt_failed(uv_strerror(r), !local_error(r));
         return;
     }
@@ -89,6 +96,8 @@ void Connection::start_attempt() {
 
 void Connection::on_connect(uv_connect_t* req, int status) {
     auto* c = static_cast<Connection*>(req->data);
+    c->srv_.connect_reqs().put(req);
+    c->creq_ = nullptr;
     if (status == UV_ECANCELED) return;  // our own uv_close of the attempt; handled there
     uv_timer_stop(&c->timer_);
     c->timer_for_ = TimerFor::none;
@@ -189,14 +198,8 @@ void Connection::start_splicing() {
     if (awaiting_answer_ && !first_flight_.empty()) {
         // A replay: the client's first flight goes to the new upstream; reading the client resumes
         // when that write completes (on_write), so later bytes keep their order.
-        upstream_.write_pending = true;
-        upstream_.wreq.data = this;
-        uv_buf_t b = uv_buf_init(first_flight_.data(), static_cast<unsigned>(first_flight_.size()));
-        if (uv_write(&upstream_.wreq, stream(upstream_.tcp), &b, 1, on_write) != 0) {
-            upstream_.write_pending = false;
-            close("write failed", true, true);
+        if (!queue_write(upstream_, uv_buf_init(first_flight_.data(), static_cast<unsigned>(first_flight_.size()))))
             return;
-        }
         timer_for_ = TimerFor::first_response;
         uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.first_response_timeout.count()), 0);
         return;
@@ -278,7 +281,7 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
     if (closing_) return;
     const bool client_side = &from == &client_;
     if (nread > 0) {
-        from.len = static_cast<size_t>(nread);
+        from.len = static_cast<uint32_t>(nread);
         if (client_side) {
             up_->bytes_to_upstream += from.len;
             if (awaiting_answer_) keep_first_flight(from.buf, from.len);
@@ -303,8 +306,15 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         if (client_side) awaiting_answer_ = false;  // a half-closed client is never replayed
         uv_read_stop(stream(from.tcp));
         // libuv runs the shutdown after any write still queued on `to`.
-        to.sreq.data = this;
-        if (uv_shutdown(&to.sreq, stream(to.tcp), on_shutdown) != 0) {
+        to.sreq = srv_.shutdown_reqs().get();
+        if (!to.sreq) {
+            close("out of memory", true, true);
+            return;
+        }
+        to.sreq->data = this;
+        if (uv_shutdown(to.sreq, stream(to.tcp), on_shutdown) != 0) {
+            srv_.shutdown_reqs().put(to.sreq);
+            to.sreq = nullptr;
             close("shutdown failed");
             return;
         }
@@ -331,22 +341,35 @@ void Connection::forward(Side& from, Side& to) {
         close(&to == &client_ ? "client write error" : "upstream write error", &to != &client_, &to == &client_);
         return;
     }
-    size_t done = n > 0 ? static_cast<size_t>(n) : 0;
-    b = uv_buf_init(from.buf + done, static_cast<unsigned>(from.len - done));
+    uint32_t done = n > 0 ? static_cast<uint32_t>(n) : 0;
     uv_read_stop(stream(from.tcp));
-    to.wreq.data = this;
-    to.write_pending = true;
-    if (int r = uv_write(&to.wreq, stream(to.tcp), &b, 1, on_write); r != 0) {
-        to.write_pending = false;
-        close("write failed", true, true);
+    queue_write(to, uv_buf_init(from.buf + done, from.len - done));
+}
+
+// Queues `b` on `to` with a pooled request, released in on_write. False (and the connection
+// closing) when the write cannot be queued.
+bool Connection::queue_write(Side& to, uv_buf_t b) {
+    to.wreq = srv_.write_reqs().get();
+    if (!to.wreq) {
+        close("out of memory", true, true);
+        return false;
     }
+    to.wreq->data = this;
+    if (uv_write(to.wreq, stream(to.tcp), &b, 1, on_write) != 0) {
+        srv_.write_reqs().put(to.wreq);
+        to.wreq = nullptr;
+        close("write failed", true, true);
+        return false;
+    }
+    return true;
 }
 
 void Connection::on_write(uv_write_t* req, int status) {
     auto* c = static_cast<Connection*>(req->data);
-    Side& to = req == &c->client_.wreq ? c->client_ : c->upstream_;
+    Side& to = req == c->client_.wreq ? c->client_ : c->upstream_;
     Side& from = c->other(to);
-    to.write_pending = false;
+    to.wreq = nullptr;
+    c->srv_.write_reqs().put(req);
     if (status == UV_ECANCELED || c->closing_) return;
     if (status != 0) {
         c->close(&to == &c->client_ ? "client write error" : "upstream write error", &to != &c->client_,
@@ -359,7 +382,9 @@ void Connection::on_write(uv_write_t* req, int status) {
 
 void Connection::on_shutdown(uv_shutdown_t* req, int status) {
     auto* c = static_cast<Connection*>(req->data);
-    Side& to = req == &c->client_.sreq ? c->client_ : c->upstream_;
+    Side& to = req == c->client_.sreq ? c->client_ : c->upstream_;
+    to.sreq = nullptr;
+    c->srv_.shutdown_reqs().put(req);
     if (status == UV_ECANCELED || c->closing_) return;
     to.shut = true;
     c->maybe_finish();

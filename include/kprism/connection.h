@@ -42,16 +42,16 @@ private:
     enum class TimerFor { none, connect, first_response, down, removed };
 
     // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
+    // Requests come from the Server's pools and are held only while in flight.
     struct Side {
         uv_tcp_t tcp{};
-        bool open = false;      // uv_tcp_init done and uv_close not yet called
-        char* buf = nullptr;    // pooled chunk; null while idle
-        size_t len = 0;         // bytes in buf not yet written to the peer
-        bool eof = false;       // peer sent FIN (we read EOF)
-        bool write_pending = false;
-        bool shut = false;      // we sent FIN to this side
-        uv_write_t wreq{};      // write of the *other* side's bytes into this side
-        uv_shutdown_t sreq{};
+        char* buf = nullptr;           // pooled chunk; null while idle
+        uint32_t len = 0;              // bytes in buf not yet written to the peer
+        bool open = false;             // uv_tcp_init done and uv_close not yet called
+        bool eof = false;              // peer sent FIN (we read EOF)
+        bool shut = false;             // we sent FIN to this side
+        uv_write_t* wreq = nullptr;    // queued write of the *other* side's bytes into this side
+        uv_shutdown_t* sreq = nullptr; // pending FIN to this side
     };
 
     explicit Connection(Server& srv);
@@ -61,6 +61,7 @@ private:
     void attempt_failed(const char* reason, bool upstream_fault);
     void start_splicing();
     void forward(Side& from, Side& to);
+    bool queue_write(Side& to, uv_buf_t b);
     void release(Side& s);
     void on_read(Side& from, Side& to, ssize_t nread);
     void maybe_finish();
@@ -85,7 +86,7 @@ private:
     Side client_;
     Side upstream_;
     uv_timer_t timer_{};
-    uv_connect_t creq_{};
+    uv_connect_t* creq_ = nullptr;  // pooled, while connecting
     State state_ = State::connecting;
     Upstream* up_ = nullptr;
     TriedSet tried_ = 0;

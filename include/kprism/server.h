@@ -54,6 +54,9 @@ public:
     uv_loop_t* loop() const { return loop_; }
     const Config& config() const { return cfg_; }
     BufferPool& pool() { return pool_; }
+    RequestPool<uv_write_t>& write_reqs() { return write_reqs_; }
+    RequestPool<uv_shutdown_t>& shutdown_reqs() { return shutdown_reqs_; }
+    RequestPool<uv_connect_t>& connect_reqs() { return connect_reqs_; }
     UpstreamPool& upstreams() { return ups_; }
     Policy& policy() { return *policy_; }
     const Stats& stats() const { return stats_; }
@@ -124,6 +127,9 @@ private:
     uv_loop_t* loop_;
     Config cfg_;
     BufferPool pool_;
+    RequestPool<uv_write_t> write_reqs_;
+    RequestPool<uv_shutdown_t> shutdown_reqs_;
+    RequestPool<uv_connect_t> connect_reqs_;
     UpstreamPool ups_;
     std::unique_ptr<Policy> policy_;
     Stats stats_;
