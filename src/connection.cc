@@ -50,7 +50,7 @@ void Connection::accept(Server& srv, uv_stream_t* listener) {
         c->close("max_connections reached", true);
         return;
     }
-    apply_tcp_options(&c->client_.tcp, srv.config().s);
+    // The client socket inherited the TCP options from its listener (sockopt.h).
     c->start_attempt();
 }
 
@@ -305,6 +305,12 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         from.eof = true;
         if (client_side) awaiting_answer_ = false;  // a half-closed client is never replayed
         uv_read_stop(stream(from.tcp));
+        // The last FIN: `to` finished first, our FIN to `from` is out and nothing is queued for
+        // `to`, so close(2) sends `to` its FIN; a shutdown(2) first would only cost a syscall.
+        if (to.eof && from.shut && !to.wreq) {
+            close("done");
+            return;
+        }
         // libuv runs the shutdown after any write still queued on `to`.
         to.sreq = srv_.shutdown_reqs().get();
         if (!to.sreq) {

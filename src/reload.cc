@@ -70,6 +70,7 @@ void Server::reload() {
     next.s.health_bind_address = cfg_.s.health_bind_address;
     next.admin = cfg_.admin;
     cfg_ = std::move(next);
+    apply_listener_tcp_options();
     ++stats_.reloads_ok;
     log::info("configuration reloaded", {{"changes", summary.empty() ? std::string("none") : summary.substr(1)}});
 }

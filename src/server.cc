@@ -11,6 +11,7 @@
 #include "kprism/log.h"
 #include "kprism/notify.h"
 #include "kprism/random.h"
+#include "kprism/sockopt.h"
 
 #ifndef KPRISM_STATIC
 #define KPRISM_STATIC 0  // 1 in `make static` builds (see Makefile)
@@ -39,6 +40,13 @@ Server::~Server() {
     if (admin_fd_ >= 0) ::close(admin_fd_);  // passed by systemd and never taken by the admin server
 }
 
+// Accepted sockets inherit these from their listener (sockopt.h); called at start and on reload.
+void Server::apply_listener_tcp_options() {
+    for (auto& l : listeners_)
+        if (int r = apply_tcp_options(&l->tcp, cfg_.s, true); r != 0)
+            log::warn("cannot set TCP options on a listening socket", {{"address", l->name}, {"error", uv_strerror(r)}});
+}
+
 bool Server::start(std::string& error) {
     if (!adopt_passed_sockets(error)) return false;
     for (const auto& addr : cfg_.listen) {
@@ -56,6 +64,7 @@ bool Server::start(std::string& error) {
         log::info("listening", {{"address", l->name}});
         listeners_.push_back(std::move(l));
     }
+    apply_listener_tcp_options();
     admin_ = std::make_unique<Admin>(*this);
     int admin_fd = take_admin_fd();
     int ar = admin_fd >= 0 ? admin_->start_fd(loop_, admin_fd)

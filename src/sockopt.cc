@@ -9,17 +9,18 @@
 
 namespace kprism {
 
-int apply_tcp_options(uv_tcp_t* tcp, const Settings& s) {
+int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener) {
     int first_err = 0;
     auto keep = [&](int r) {
         if (r != 0 && first_err == 0) first_err = r;
     };
-    if (s.tcp_nodelay) keep(uv_tcp_nodelay(tcp, 1));
     uv_os_fd_t fd;
-    if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) != 0) return first_err;
+    if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) != 0) return UV_EBADF;
     auto opt = [&](int level, int name, int value) {
         if (setsockopt(fd, level, name, &value, sizeof value) != 0) keep(-errno);
     };
+    if (s.tcp_nodelay || listener) opt(IPPROTO_TCP, TCP_NODELAY, s.tcp_nodelay ? 1 : 0);
+    if (listener && s.tcp_keepalive.count() == 0) opt(SOL_SOCKET, SO_KEEPALIVE, 0);
     if (s.tcp_keepalive.count() > 0) {
         int idle = static_cast<int>(std::max<int64_t>(1, s.tcp_keepalive.count() / 1000));
         opt(SOL_SOCKET, SO_KEEPALIVE, 1);
@@ -27,7 +28,7 @@ int apply_tcp_options(uv_tcp_t* tcp, const Settings& s) {
         opt(IPPROTO_TCP, TCP_KEEPINTVL, static_cast<int>(std::max<int64_t>(1, s.tcp_keepalive_interval.count() / 1000)));
         opt(IPPROTO_TCP, TCP_KEEPCNT, static_cast<int>(s.tcp_keepalive_count));
     }
-    if (s.tcp_user_timeout.count() > 0)
+    if (s.tcp_user_timeout.count() > 0 || listener)
         opt(IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(s.tcp_user_timeout.count()));
     return first_err;
 }

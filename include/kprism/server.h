@@ -117,6 +117,7 @@ private:
     static void on_drain_timeout(uv_timer_t* t);
     static void on_resolve_timer(uv_timer_t* t);
     bool adopt_passed_sockets(std::string& error);
+    void apply_listener_tcp_options();
     void start_systemd();
     void systemd_health_changed();
     void maybe_ready();

@@ -1,4 +1,7 @@
-// TCP socket options applied to both sides of every spliced connection.
+// TCP socket options of both sides of every spliced connection: set on each upstream socket, and
+// on the listening sockets, whose accepted sockets inherit them (Linux copies TCP_NODELAY,
+// SO_KEEPALIVE, the keepalive timings and TCP_USER_TIMEOUT to each accepted socket), so an accept
+// costs no setsockopt.
 #pragma once
 
 #include <uv.h>
@@ -7,8 +10,10 @@
 
 namespace kprism {
 
-// TCP_NODELAY, SO_KEEPALIVE (+ idle/interval/count) and TCP_USER_TIMEOUT as configured.
+// TCP_NODELAY, SO_KEEPALIVE (+ idle/interval/count) and TCP_USER_TIMEOUT as configured. A fresh
+// socket gets only what differs from the kernel's defaults; `listener` sets every option
+// explicitly, so a reload that turns one off turns it off for the connections accepted after it.
 // Best effort: failures are not fatal for the connection. Returns 0 or the first error.
-int apply_tcp_options(uv_tcp_t* tcp, const Settings& s);
+int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener = false);
 
 }  // namespace kprism
