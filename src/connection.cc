@@ -90,6 +90,9 @@ void Connection::start_attempt() {
         attempt_failed(uv_strerror(r), !local_error(r));
         return;
     }
+    // Reading is armed together with the connect (libuv delivers nothing before on_connect), so
+    // the socket is registered with epoll once, not re-registered when the connect completes.
+    uv_read_start(stream(upstream_.tcp), on_alloc, on_read_cb);
     timer_for_ = TimerFor::connect;
     uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.connect_timeout.count()), 0);
 }
@@ -194,7 +197,6 @@ void Connection::start_splicing() {
     srv_.upstreams().connect_succeeded(*up_);
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
-    uv_read_start(stream(upstream_.tcp), on_alloc, on_read_cb);
     if (awaiting_answer_ && !first_flight_.empty()) {
         // A replay: the client's first flight goes to the new upstream; reading the client resumes
         // when that write completes (on_write), so later bytes keep their order.
@@ -305,9 +307,10 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         from.eof = true;
         if (client_side) awaiting_answer_ = false;  // a half-closed client is never replayed
         uv_read_stop(stream(from.tcp));
-        // The last FIN: `to` finished first, our FIN to `from` is out and nothing is queued for
-        // `to`, so close(2) sends `to` its FIN; a shutdown(2) first would only cost a syscall.
-        if (to.eof && from.shut && !to.wreq) {
+        // The last FIN: `to` finished first and nothing is queued either way, so both sockets are
+        // read to EOF and close(2) sends each its FIN (also the one a pending shutdown of `from`
+        // still owed); shutdown(2) first would only cost syscalls.
+        if (to.eof && !to.wreq && !from.wreq) {
             close("done");
             return;
         }
