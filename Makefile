@@ -30,13 +30,36 @@ ifneq ($(SAN),)
 CXXFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=$(SAN)
 endif
+# Hardening (HARDEN=0 leaves it out; checked by `make test-hardening`): stack protector, stack
+# clash protection and CET where the compiler has them, PIE, full RELRO (-z relro -z now), a
+# non-executable stack, and _FORTIFY_SOURCE=2 - only when optimising (it needs -O1 or more), not
+# under sanitizers (ASan intercepts the very functions it replaces), and not when CPPFLAGS or
+# CXXFLAGS already choose a level (dpkg-buildflags does, see packaging/debian/rules).
+HARDEN ?= 1
+ifeq ($(HARDEN),1)
+cxx_has = $(shell $(CXX) -Werror $(1) -x c++ -S -o /dev/null /dev/null >/dev/null 2>&1 && echo $(1))
+HARDEN_CXXFLAGS := -fstack-protector-strong -fPIE $(call cxx_has,-fstack-clash-protection) \
+	$(call cxx_has,-fcf-protection)
+ifneq ($(filter -O1 -O2 -O3 -Os -Og -Ofast -Oz,$(OPT)),)
+ifeq ($(SAN)$(findstring _FORTIFY_SOURCE,$(CPPFLAGS) $(CXXFLAGS)),)
+HARDEN_CXXFLAGS += -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2
+endif
+endif
+HARDEN_LDFLAGS := -Wl,-z,relro -Wl,-z,now -Wl,-z,noexecstack
+CXXFLAGS_BASE += $(HARDEN_CXXFLAGS)
+LDFLAGS += $(HARDEN_LDFLAGS) $(if $(filter 1,$(STATIC)),,-pie)
+endif
 # STATIC=1 (see `make static`): a fully static binary - libuv_a.a, libssl.a/libcrypto.a, fmt
-# header-only, static libstdc++/libgcc/glibc, stripped. KPRISM_STATIC=1 makes configuration
-# validation reject hostname endpoints (a static glibc cannot load NSS modules to resolve them).
+# header-only, static libstdc++/libgcc/glibc, stripped; with HARDEN=1 a static PIE (-static-pie:
+# glibc relocates it itself at start, so it gets ASLR and RELRO without a loader; without
+# -static-libstdc++, which g++ 12 wraps in -Bstatic/-Bdynamic so that libc ends up linked
+# dynamically into a binary that crashes at once - -static-pie links libstdc++ statically anyway).
+# KPRISM_STATIC=1 makes configuration validation reject hostname endpoints (a static glibc cannot
+# load NSS modules to resolve them).
 STATIC ?= 0
 ifeq ($(STATIC),1)
 CXXFLAGS_BASE += -DFMT_HEADER_ONLY -DKPRISM_STATIC=1
-LDFLAGS += -static -static-libstdc++ -static-libgcc -s
+LDFLAGS += $(if $(filter 1,$(HARDEN)),-static-pie,-static -static-libstdc++) -static-libgcc -s
 endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
@@ -53,7 +76,7 @@ IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 GTEST_LIBS := -lgtest -lgtest_main -lpthread
 
-.PHONY: all test test-core test-shipping test-systemd unit integration asan clean install deps run demo bench-failover bench-probes monitoring static test-static FORCE
+.PHONY: all test test-core test-shipping test-systemd unit integration asan clean install deps run demo bench bench-failover bench-probes bench-compare bench-deps monitoring static test-static FORCE
 all: $(BUILD)/kprism $(BUILD)/kprism-standin
 
 $(BUILD)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(BUILD)/obj
@@ -85,6 +108,11 @@ ifneq ($(STATIC)$(wildcard $(BUILD)/static.stamp),0)
 $(LIB_OBJS) $(BUILD)/obj/main.o: $(BUILD)/static.stamp
 endif
 
+# Every object is rebuilt, and the binaries relinked, when the hardening flags change.
+$(BUILD)/harden.stamp: FORCE | $(BUILD)/obj
+	@echo '$(HARDEN) $(HARDEN_CXXFLAGS) $(HARDEN_LDFLAGS)' | cmp -s - $@ || echo '$(HARDEN) $(HARDEN_CXXFLAGS) $(HARDEN_LDFLAGS)' > $@
+$(LIB_OBJS) $(BUILD)/obj/main.o: $(BUILD)/harden.stamp
+
 $(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -105,6 +133,16 @@ $(BUILD)/bench/probe_cost: bench/probe_cost.cc $(HARNESS_SRCS) $(BUILD)/libkpris
 	mkdir -p $(BUILD)/bench
 	$(CXX) $(CXXFLAGS) -Itests $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
 
+# Google Benchmark micro-benchmarks (bench/micro.cc; libbenchmark-dev). benchmark_main before
+# benchmark: it is a static archive that needs the shared library's symbols.
+$(BUILD)/bench/micro: bench/micro.cc $(BUILD)/libkprism.a
+	mkdir -p $(BUILD)/bench
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lbenchmark_main -lbenchmark -lpthread
+
+# Micro-benchmarks (about 30 s; see bench/RESULTS.md): BENCH_ARGS=--benchmark_filter=Pick etc.
+bench: $(BUILD)/bench/micro
+	$(BUILD)/bench/micro $(BENCH_ARGS)
+
 # CPU per 1000 readiness probes with and without TLS session resumption (about 30 s).
 bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/probe_cost $(SECONDS)
@@ -112,6 +150,27 @@ bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 # Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
+
+# kprism vs HAProxy (mode tcp) vs nginx stream vs direct on the same three local HTTP backends, one
+# table (about 9 minutes on a quiet machine, longer while it waits out other load; needs
+# `make bench-deps`): see bench/RESULTS.md. RUNS (3), DURATION (10 s) and the other knobs are
+# bench/compare.sh's environment; KPRISM_BIN=path measures another binary; SMOKE=1 only checks
+# correctness (1 s runs, exit status 1 on a mismatch).
+bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
+	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
+		PROBE_COST=$(abspath $(BUILD)/bench/probe_cost) bench/compare.sh $(if $(filter 1,$(SMOKE)),--smoke)
+
+# The packages the benchmarks need (bench-compare, bench/bulk.sh), kept out of `make deps`. The
+# distribution's nginx and haproxy services are not started meanwhile (a temporary policy-rc.d,
+# unless one exists); bench/compare.sh refuses to run if its ports are taken anyway.
+BENCH_PKGS := haproxy nginx libnginx-mod-stream wrk socat bc curl python3 iproute2
+bench-deps:
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; prc=; \
+	if [ ! -e /usr/sbin/policy-rc.d ]; then \
+		printf '#!/bin/sh\nexit 101\n' | $$SUDO tee /usr/sbin/policy-rc.d >/dev/null && $$SUDO chmod 755 /usr/sbin/policy-rc.d && prc=1; \
+	fi; \
+	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_PKGS); \
+	rc=$$?; if [ -n "$$prc" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
 
 TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin)
 
@@ -135,7 +194,7 @@ endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
 
 # About three minutes on two cores, most of it compiling the static binary and the package.
-test-shipping: test-systemd test-static test-packaging test-images test-deb
+test-shipping: test-systemd test-static test-hardening test-packaging test-images test-deb
 
 # Both OCI images built with buildah (FROM scratch, no daemon, no registry) into
 # build/images/kprism-talos.oci.tar and build/images/kprism.oci.tar, and their content checked.
@@ -147,6 +206,14 @@ images test-images: talos-extension
 test-systemd: $(BUILD)/kprism $(BUILD)/kprism-standin
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/systemd_verify.sh
 	$(TEST_ENV) tests/packaging/copy_cert.sh
+
+# The hardening flags read back from build/kprism and the static build/static/kprism with readelf
+# and nm (PIE, RELRO, BIND_NOW, non-executable stack, stack protector, fortify, CET), after a
+# self-test on a trivial program built with and without them; ends "hardening: N passed, M failed".
+# test-deb checks the packaged binary the same way.
+.PHONY: test-hardening
+test-hardening: $(BUILD)/kprism static
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STATIC_BIN=$(abspath build/static/kprism) tests/packaging/hardening.sh
 
 # Alerting rules and Grafana dashboard (packaging/monitoring): promtool checks and unit tests.
 monitoring:
@@ -192,6 +259,69 @@ test-packaging: talos-extension $(BUILD)/kprism
 asan:
 	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test
 
+# libFuzzer targets (tests/fuzz/README.md): build/fuzz/{config,readyz,admin_request,pem}_fuzz, built
+# by clang++ with ASan + UBSan, the library sources compiled in build/fuzz with
+# -fsanitize=fuzzer-no-link (own rules: clang, and none of the GCC-only or release flags above).
+# `make fuzz-run FUZZ_SECONDS=600` runs each target that long, FUZZ_JOBS (2) at a time, growing
+# build/fuzz/corpus/TARGET from the seeds in tests/fuzz/corpus/TARGET; `make fuzz-smoke` runs each
+# for FUZZ_SMOKE_SECONDS (15) from the seeds alone (about 30 s, for CI). Both end with one table and
+# "fuzz: N passed, N failed", exit status non-zero on a crash; FUZZ_TARGETS= picks targets.
+FUZZ_DIR := build/fuzz
+FUZZ_CXX ?= clang++
+FUZZ_TARGETS ?= config_fuzz readyz_fuzz admin_request_fuzz pem_fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_JOBS ?= 2
+FUZZ_CXXFLAGS = -std=c++20 -O1 -g -Wall -Wextra -Wno-missing-field-initializers -Iinclude \
+	$(shell pkg-config --cflags $(PKGS)) -DKPRISM_WITH_SYSTEMD=$(WITH_SYSTEMD) \
+	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_LIB_OBJS := $(LIB_SRCS:src/%.cc=$(FUZZ_DIR)/obj/%.o)
+FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))
+.PHONY: fuzz fuzz-bins fuzz-run fuzz-smoke
+
+$(FUZZ_DIR)/obj:
+	mkdir -p $@
+
+$(FUZZ_DIR)/obj/%.o: src/%.cc $(wildcard include/kprism/*.h) | $(FUZZ_DIR)/obj
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link -MMD -c $< -o $@
+
+$(FUZZ_DIR)/libkprism.a: $(FUZZ_LIB_OBJS)
+	rm -f $@ && ar rcs $@ $^
+
+$(FUZZ_BINS): $(FUZZ_DIR)/%: tests/fuzz/%.cc tests/fuzz/fuzz_util.h $(FUZZ_DIR)/libkprism.a
+	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_DIR)/libkprism.a $(LDLIBS)
+
+fuzz:
+	$(MAKE) -j$(NPROC) fuzz-bins
+fuzz-bins: $(FUZZ_BINS)
+
+fuzz-run: fuzz
+	tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
+
+fuzz-smoke: fuzz
+	tests/fuzz/run.sh --smoke $(FUZZ_DIR) $(FUZZ_SMOKE_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
+
+-include $(wildcard $(FUZZ_DIR)/obj/*.d)
+
+# Fault injection (tests/faults/README.md): the real kprism in front of TLS stand-in apiservers,
+# each in its own network namespace; faults from iptables, a delaying relay, signals and resource
+# limits; one line per check, a table of figures per fault, "faults: N passed, M failed". Root
+# only, and skipped (exit 0) without `ip netns`; about 4 minutes. `make soak` is the soak alone
+# (SOAK_SECONDS, default 180; SOAK_SEED); `make soak-asan` the same against kprism built with
+# ASan + UBSan in build/faults-asan, its sanitizer output checked (LSan at exit after SIGTERM).
+FAULTS_ASAN := build/faults-asan
+.PHONY: test-faults soak soak-asan
+test-faults: $(BUILD)/kprism $(BUILD)/kprism-standin
+	$(TEST_ENV) tests/faults/run.py
+
+soak: $(BUILD)/kprism $(BUILD)/kprism-standin
+	$(TEST_ENV) tests/faults/run.py --only soak
+
+soak-asan: $(BUILD)/kprism-standin
+	$(MAKE) BUILD=$(FAULTS_ASAN) SAN=address,undefined OPT=-O1 $(FAULTS_ASAN)/kprism
+	KPRISM_BIN=$(abspath $(FAULTS_ASAN)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) SOAK_LABEL=soak-asan \
+		tests/faults/run.py --only soak
+
 clean:
 	rm -rf build
 
@@ -235,7 +365,7 @@ test-man: $(BUILD)/kprism
 
 DEB_PKGS := build-essential pkg-config libuv1-dev libssl-dev libtomlplusplus-dev libfmt-dev libsystemd-dev \
 	libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3 python3-yaml \
-	debhelper dpkg-dev fakeroot buildah
+	debhelper dpkg-dev fakeroot buildah clang libclang-rt-dev llvm iptables iproute2
 deps:
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(DEB_PKGS)

@@ -63,6 +63,7 @@ void Connection::start_attempt() {
         return;
     }
     ++attempts_;
+    attempt_offset_ms_ = static_cast<uint32_t>(now - started_ms_);
     tried_ |= TriedSet{1} << up_->index;
     up_->active++;  // counted from the pick, so a burst of accepts spreads under least-connections
     int r = uv_tcp_init_ex(srv_.loop(), &upstream_.tcp, up_->sa.ss_family);
@@ -147,7 +148,7 @@ void Connection::attempt_failed(const char* reason, bool upstream_fault) {
     timer_for_ = TimerFor::none;
     Upstream* u = up_;
     u->active--;
-    if (upstream_fault) srv_.passive_failure(*u, reason);
+    if (upstream_fault) srv_.passive_failure(*u, reason, started_ms_ + attempt_offset_ms_);
     KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
     up_ = nullptr;
     upstream_.open = false;
@@ -178,7 +179,7 @@ bool Connection::try_replay(const char* why) {
     Upstream* u = up_;
     KPRISM_DEBUG("moving connection", {{"from", u->name}, {"reason", why}, {"replay_bytes", first_flight_.size()}});
     srv_.note_replayed();
-    srv_.passive_failure(*u, why);
+    srv_.passive_failure(*u, why, started_ms_ + attempt_offset_ms_);
     u->active--;
     up_ = nullptr;
     state_ = State::connecting;

@@ -71,6 +71,7 @@ void Server::reload() {
     next.admin = cfg_.admin;
     cfg_ = std::move(next);
     apply_listener_tcp_options();
+    update_connection_limit();  // max_connections or the number of upstreams may have changed
     ++stats_.reloads_ok;
     log::info("configuration reloaded", {{"changes", summary.empty() ? std::string("none") : summary.substr(1)}});
 }

@@ -1,7 +1,9 @@
 // Daemon lifecycle: listeners, signals, hostname resolution, drain on shutdown, stats.
 #include "kprism/server.h"
 
+#include <dirent.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -21,6 +23,22 @@ namespace kprism {
 
 namespace {
 uv_handle_t* h(void* p) { return static_cast<uv_handle_t*>(p); }
+
+// Descriptors kept out of the client connection limit beyond those open at start and one
+// readiness check per upstream: a few admin connections, and spare ones (the over-limit
+// connection's own socket until it is reset, TLS file reloads, the resolver, a reload's listeners).
+constexpr uint64_t kAdminReserveFds = 8;
+constexpr uint64_t kSpareFds = 8;
+
+// Descriptors open now, from /proc/self/fd; -1 without /proc.
+int open_fds() {
+    DIR* d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;  // not the directory's own descriptor
+}
 }  // namespace
 
 Server::Server(uv_loop_t* loop, Config cfg, Loader loader)
@@ -77,6 +95,7 @@ bool Server::start(std::string& error) {
         return false;
     }
     log::info("admin endpoint listening", {{"address", admin_->name()}});
+    update_connection_limit();
     uv_signal_init(loop_, &sig_term_);
     uv_signal_init(loop_, &sig_int_);
     uv_signal_init(loop_, &sig_usr1_);
@@ -113,6 +132,36 @@ bool Server::start(std::string& error) {
                           {"max_connections", cfg_.s.max_connections}});
     start_systemd();
     return true;
+}
+
+// Each client connection holds two descriptors, client and upstream socket. At RLIMIT_NOFILE,
+// libuv sheds new clients without a word (its reserve descriptor accepts and closes them; the
+// connection callback never runs), and the admin endpoint and the readiness checks cannot get a
+// socket any more either: kprism would drop clients unseen while blind and unable to check. So
+// the client limit leaves kprism its own descriptors, and clients beyond it are reset through
+// the max_connections path: logged ("connection rejected") and counted
+// (kprism_connections_rejected_total).
+void Server::update_connection_limit() {
+    uint64_t limit = static_cast<uint64_t>(cfg_.s.max_connections);
+    bool by_fds = false;
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        if (fds_at_start_ < 0) fds_at_start_ = open_fds() >= 0 ? open_fds() : 16;
+        uint64_t reserve = static_cast<uint64_t>(fds_at_start_) + ups_.size() + kAdminReserveFds + kSpareFds;
+        uint64_t fit = rl.rlim_cur > reserve + 2 ? (rl.rlim_cur - reserve) / 2 : 1;
+        if (fit < limit) {
+            limit = fit;
+            by_fds = true;
+        }
+    }
+    if (by_fds && (!fd_limited_ || limit != connection_limit_))
+        log::warn("RLIMIT_NOFILE allows fewer client connections than max_connections",
+                  {{"rlimit_nofile", static_cast<uint64_t>(rl.rlim_cur)},
+                   {"max_connections", cfg_.s.max_connections},
+                   {"connection_limit", limit},
+                   {"hint", "raise the limit (LimitNOFILE=): two descriptors per connection"}});
+    fd_limited_ = by_fds;
+    connection_limit_ = static_cast<size_t>(limit);
 }
 
 void Server::start_checker(Upstream& u, uint64_t first_delay_ms) {
@@ -210,7 +259,7 @@ void Server::record_check(Upstream& u, CheckResult r, const std::string& error, 
     ups_.record(u, r, error, explicit_down, uv_now(loop_));
 }
 
-void Server::passive_failure(Upstream& u, const char* reason) {
+void Server::passive_failure(Upstream& u, const char* reason, uint64_t attempt_started_ms) {
     uint64_t now = uv_now(loop_);
     ++stats_.connect_failures;
     ups_.connect_failed(u, reason, now);
@@ -219,7 +268,12 @@ void Server::passive_failure(Upstream& u, const char* reason) {
                         ? CheckResult::timeout
                         : CheckResult::connect_failed;
     // Without a client certificate there are no checks, so passive failures only order the fallback.
-    if (tls_->get() && u.health != Health::down) ups_.record(u, r, fmt::format("client connection: {}", reason), false, now);
+    // An attempt that began before the upstream's health last changed says nothing about it now:
+    // after an outage, failing open, the connects that hung on it while it was unreachable time
+    // out just after it came back up and would take it down again at once (flapping).
+    bool stale = u.last_change_ms > attempt_started_ms;
+    if (tls_->get() && u.health != Health::down && !stale)
+        ups_.record(u, r, fmt::format("client connection: {}", reason), false, now);
     if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
 }
 
@@ -273,8 +327,10 @@ void Server::note_rejected() {
     ++stats_.rejected;
     uint64_t now = uv_now(loop_);
     if (now - last_reject_log_ >= 1000 || last_reject_log_ == 0) {
-        log::warn("connection rejected", {{"reason", "max_connections reached"},
+        log::warn("connection rejected", {{"reason", fd_limited_ ? "connection limit reached (RLIMIT_NOFILE)"
+                                                              : "max_connections reached"},
                                           {"max_connections", cfg_.s.max_connections},
+                                          {"connection_limit", static_cast<uint64_t>(connection_limit_)},
                                           {"suppressed", suppressed_rejects_}});
         last_reject_log_ = now;
         suppressed_rejects_ = 0;

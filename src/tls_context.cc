@@ -44,6 +44,15 @@ static std::string asn1_time_str(const ASN1_TIME* t, int64_t* unix_out) {
                        tm.tm_hour, tm.tm_min, tm.tm_sec);
 }
 
+// The key's permission bits, checked at every load: a key that other users may read or write is
+// logged as a warning with its name and mode (never anything of its content).
+static void warn_if_key_exposed(const std::string& key) {
+    struct stat st;
+    if (::stat(key.c_str(), &st) != 0 || (st.st_mode & S_IRWXO) == 0) return;
+    log::warn("client key file is accessible to other users; remove their access (chmod o-rwx)",
+              {{"file", key}, {"mode", fmt::format("{:04o}", st.st_mode & 07777)}});
+}
+
 SSL_CTX* TlsClientContext::build(const std::string& cert, const std::string& key, const std::string& ca,
                                  std::string* err, std::string* subject, int64_t* not_after) {
     ERR_clear_error();
@@ -56,6 +65,10 @@ SSL_CTX* TlsClientContext::build(const std::string& cert, const std::string& key
     if (!ctx) return bad("cannot create TLS context");
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    // An encrypted key fails to load instead of making OpenSSL's default password callback ask for a
+    // pass phrase on the terminal (or standard input), blocking the event loop until someone answers.
+    // Found by tests/fuzz/pem_fuzz.cc.
+    SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
     // Client-side session cache for resumption; the checker stores sessions itself, per upstream.
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
     if (SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr) != 1) return bad(fmt::format("CA file {}", ca));
@@ -102,6 +115,7 @@ SSL_CTX* TlsClientContext::refresh(uint64_t now_ms) {
                       {{"missing", missing}});
         return ctx_;
     }
+    warn_if_key_exposed(key_);
     std::string err, subject;
     int64_t not_after = 0;
     SSL_CTX* fresh = build(cert_, key_, ca_, &err, &subject, &not_after);

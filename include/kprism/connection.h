@@ -94,6 +94,9 @@ private:
     int open_handles_ = 0;
     bool closing_ = false;
     bool timer_open_ = false;
+    // When the current upstream attempt began, in ms after started_ms_ (32 bits fill padding
+    // here: no bytes added per connection).
+    uint32_t attempt_offset_ms_ = 0;
     uint64_t started_ms_ = 0;
     TimerFor timer_for_ = TimerFor::none;
     // Until the upstream sends its first byte, a copy of the client's bytes (bounded, e.g. a TLS

@@ -43,6 +43,7 @@ public:
     int error_status() const { return status_; }
     const std::string& error() const { return error_; }
     size_t consumed() const { return consumed_; }
+    size_t buffered() const { return buf_.size(); }  // bytes kept so far, at most kMaxHead + 1 (tests, fuzzing)
 
 private:
     State fail(int status, std::string why);

@@ -25,6 +25,7 @@ public:
     // The first bytes of the body with control characters replaced, for logs ("[-]etcd failed...").
     std::string body_excerpt() const;
     const std::string& error() const { return error_; }
+    size_t buffered() const { return buf_.size(); }  // bytes kept so far, at most max_bytes (tests, fuzzing)
 
 private:
     State parse();

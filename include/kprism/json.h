@@ -22,7 +22,9 @@ struct JsonValue {
     double number = 0;
     std::string string;
     std::vector<JsonValue> array;
-    std::vector<std::pair<std::string, JsonValue>> object;  // in document order
+    // In document order. The `{}` lets clang (libstdc++'s C++20 std::pair) compile the recursive
+    // type: without it the implicit default constructor needs the pair complete while declaring it.
+    std::vector<std::pair<std::string, JsonValue>> object{};
 
     // The member `key` of an object, or nullptr (also when this is not an object).
     const JsonValue* get(std::string_view key) const;

@@ -70,7 +70,10 @@ public:
     // Called by Connection.
     void connection_opened(Connection* c);
     void connection_closed(Connection* c);
-    bool over_connection_limit() const { return active_ > static_cast<size_t>(cfg_.s.max_connections); }
+    bool over_connection_limit() const { return active_ > connection_limit_; }
+    // max_connections, or fewer when RLIMIT_NOFILE cannot give each connection its two
+    // descriptors and still leave kprism its own (see update_connection_limit()).
+    size_t connection_limit() const { return connection_limit_; }
     void note_rejected();
     void note_accept_error(int status);
     void note_client_failed(uint32_t attempts);
@@ -83,7 +86,8 @@ public:
     // an upstream that did not answer): counted like a failed check, and a probe is started.
     TlsClientContext& tls() { return *tls_; }
     void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
-    void passive_failure(Upstream& u, const char* reason);
+    // `attempt_started_ms`: when the failed attempt began (uv_now()); see server.cc.
+    void passive_failure(Upstream& u, const char* reason, uint64_t attempt_started_ms);
 
     // SIGHUP: load the configuration whole, then apply it (see reload.cc). A configuration that
     // does not load, or listeners that cannot be bound, leave everything as it was.
@@ -118,6 +122,7 @@ private:
     static void on_resolve_timer(uv_timer_t* t);
     bool adopt_passed_sockets(std::string& error);
     void apply_listener_tcp_options();
+    void update_connection_limit();
     void start_systemd();
     void systemd_health_changed();
     void maybe_ready();
@@ -146,6 +151,9 @@ private:
     uint64_t suppressed_client_fails_ = 0;
     Connection* conns_ = nullptr;  // head of the intrusive list
     size_t active_ = 0;
+    size_t connection_limit_ = 0;  // set by update_connection_limit() at start and on reload
+    bool fd_limited_ = false;      // connection_limit_ is below max_connections because of RLIMIT_NOFILE
+    int fds_at_start_ = -1;
     uv_signal_t sig_term_{}, sig_int_{}, sig_usr1_{}, sig_hup_{};
     uv_timer_t drain_timer_{}, resolve_timer_{};
     bool draining_ = false;

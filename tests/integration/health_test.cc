@@ -306,7 +306,7 @@ TEST(Health, ZonePreference) {
     int fd = mkstemp(tmpl);
     std::string toml = "endpoints = [ { address = \"" + a.addr() + "\", zone = \"z1\" }, { address = \"" + b.addr() +
                        "\", zone = \"z2\" }, { address = \"" + c.addr() + "\", zone = \"z1\" } ]\nzone = \"z2\"\n";
-    ::write(fd, toml.data(), toml.size());
+    ASSERT_EQ(::write(fd, toml.data(), toml.size()), static_cast<ssize_t>(toml.size()));
     ::close(fd);
     Kprism k({}, with(tls_flags(pki), {"--config", tmpl}));
     for (auto* s : {&a, &b, &c}) ASSERT_TRUE(upstream_state(k, s->addr(), "health", "up"));

@@ -51,6 +51,12 @@ fi
 [ "$(grep -c '^client_\(cert\|key\) = "/run/kprism/kubelet-client.pem"$' "$root/etc/kprism/kprism.toml")" = 2 ] \
     && ok "conffile: client_cert and client_key at /run/kprism/kubelet-client.pem" \
     || bad "conffile client_cert/client_key: $(grep '^client_' "$root/etc/kprism/kprism.toml")"
+# Built with dpkg-buildflags' hardening=+all on top of the Makefile's own flags.
+if out=$(tests/packaging/hardening.sh --dynamic "$bin" 2>&1); then
+    ok "hardening of the packaged binary: $(tail -n1 <<<"$out")"
+else
+    bad "hardening of the packaged binary: $(grep FAIL <<<"$out")"
+fi
 [ -x "$root/usr/lib/kprism/kprism-copy-cert" ] && ok "/usr/lib/kprism/kprism-copy-cert executable" \
     || bad "/usr/lib/kprism/kprism-copy-cert not executable"
 # The packaged units still point at /usr/bin/kprism and verify against the packaged binary.

@@ -1,0 +1,1 @@
+"""Helpers of the fault-injection suite (tests/faults): see tests/faults/README.md."""

@@ -1,0 +1,81 @@
+// Fuzzes the readiness probe's HTTP response parser (src/http_response.cc), fed in pieces, against its invariants.
+//
+// Input: the bytes an upstream sends, as they are. Each input is parsed several ways - in one piece,
+// in pseudo-random pieces (seeded by a hash of the input), one byte at a time (inputs up to 4 KiB),
+// each then followed by the peer's close - with the probe's bounds (16 KiB, 1 KiB excerpt) and with
+// small bounds derived from the hash. Every way must end in the same state and status.
+#include <string>
+
+#include "fuzz_util.h"
+#include "kprism/http_response.h"
+
+using kprism::HttpResponseParser;
+using State = HttpResponseParser::State;
+
+namespace {
+
+struct Outcome {
+    State state;
+    State after_eof;
+    int status;
+};
+
+Outcome run(const uint8_t* data, size_t size, const std::vector<size_t>& pieces, size_t max, size_t excerpt) {
+    HttpResponseParser p(max, excerpt);
+    State st = State::need_more;
+    size_t off = 0;
+    for (size_t n : pieces) {
+        if (st != State::need_more) break;  // the probe stops reading (conclude()) here
+        fuzz::Piece piece(data + off, n);
+        st = p.feed(piece.data(), piece.size());
+        off += n;
+        FUZZ_CHECK(st == p.state());
+        FUZZ_CHECK(p.buffered() <= max);  // never keeps more than the bound
+        FUZZ_CHECK(p.buffered() <= off);  // nor more than it was given
+        if (st == State::error) FUZZ_CHECK(!p.error().empty());
+    }
+    FUZZ_CHECK(off <= size);
+    Outcome o{st, State::need_more, p.status()};
+    // A parser that is done or failed stays so, whatever follows.
+    if (st != State::need_more) {
+        static const char more[] = "HTTP/1.1 200 OK\r\n\r\n";
+        FUZZ_CHECK(p.feed(more, sizeof more - 1) == st);
+        FUZZ_CHECK(p.status() == o.status);
+    }
+    o.after_eof = p.eof();
+    FUZZ_CHECK(o.after_eof != State::need_more);  // the peer's close always concludes
+    FUZZ_CHECK(p.eof() == o.after_eof);
+    if (o.after_eof == State::done) {
+        FUZZ_CHECK(p.status() >= 100 && p.status() <= 999);
+        std::string body = p.body_excerpt();
+        FUZZ_CHECK(body.size() <= excerpt);
+        for (char c : body) FUZZ_CHECK(static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f);
+        FUZZ_CHECK(body.empty() || body.back() != ' ');
+    } else {
+        FUZZ_CHECK(!p.error().empty());
+    }
+    return o;
+}
+
+void compare(const Outcome& a, const Outcome& b) {
+    FUZZ_CHECK(a.state == b.state);
+    FUZZ_CHECK(a.after_eof == b.after_eof);
+    if (a.after_eof == State::done) FUZZ_CHECK(a.status == b.status);
+}
+
+void all_ways(const uint8_t* data, size_t size, uint64_t h, size_t max, size_t excerpt) {
+    Outcome one = run(data, size, fuzz::whole(size), max, excerpt);
+    compare(one, run(data, size, fuzz::random_pieces(size, h), max, excerpt));
+    if (size <= 4096) compare(one, run(data, size, fuzz::bytewise(size), max, excerpt));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    uint64_t h = fuzz::hash(data, size);
+    all_ways(data, size, h, 16384, 1024);  // the probe's parser: HttpResponseParser()
+    uint64_t s = h;
+    size_t max = fuzz::next(s) % 600, excerpt = fuzz::next(s) % 200;
+    all_ways(data, size, h ^ 1, max, excerpt);
+    return 0;
+}
