@@ -15,8 +15,9 @@ namespace kprism {
 struct TomlCheckFailed : std::logic_error {
     using std::logic_error::logic_error;
 };
+[[noreturn]] void toml_check_failed(const char* expr);  // throws TomlCheckFailed
 }  // namespace kprism
-#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : throw ::kprism::TomlCheckFailed(#expr))
+#define TOML_ASSERT(expr) ((expr) ? static_cast<void>(0) : ::kprism::toml_check_failed(#expr))
 // toml++ up to 3.4 has undefined behaviour (__builtin_unreachable() reached) in its generated
 // is_non_ascii_horizontal_whitespace() for code points that are not whitespace in U+00A1-U+0499,
 // U+2D5E-U+3157 and U+FB46-U+FEFE wherever it looks for whitespace: a stray "é" or "ϻ" outside a
@@ -718,6 +719,8 @@ static bool check_table_headers(std::string_view text, std::string_view name, st
     return true;
 }
 
+void toml_check_failed(const char* expr) { throw TomlCheckFailed(expr); }
+
 bool load_config_text(std::string_view text, std::string_view name, const CommandLine& cl, Config& out,
                       std::vector<std::string>& errors) {
     Config c;
@@ -730,8 +733,7 @@ bool load_config_text(std::string_view text, std::string_view name, const Comman
         errors.push_back(fmt::format("{}:{}:{}: invalid TOML: {}", name, e.source().begin.line,
                                      e.source().begin.column, e.description()));
         return false;
-    }
-    catch (const TomlCheckFailed& e) {  // see TOML_ASSERT above: the parser has no position to give
+    } catch (const TomlCheckFailed& e) {  // see TOML_ASSERT above: the parser has no position to give
         errors.push_back(fmt::format("{}: invalid TOML: malformed value, array or table (the parser's check "
                                      "'{}' failed; look for a bracket or brace that does not match)",
                                      name, e.what()));

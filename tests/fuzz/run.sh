@@ -74,7 +74,7 @@ for t in "$@"; do
         passed=$((passed + 1))
     else
         art=$(grep -o "$dir/artifacts/$t-[a-z]*-[0-9a-f]*" "$log" | tail -1)
-        why=$(grep -m1 -oE 'ERROR: [A-Za-z]+: [a-z-]+|ERROR: libFuzzer: [a-z-]+|runtime error: .*|invariant failed: .*' "$log")
+        why=$(grep -m1 -oE "invariant failed: .*|runtime error: .*|Assertion \`.*' failed|ERROR: [A-Za-z]+: [a-z -]+" "$log")
         result="FAILED (exit $rc${why:+: $why}${art:+; input $art})"
         failed=$((failed + 1))
     fi

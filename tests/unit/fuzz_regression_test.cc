@@ -49,6 +49,25 @@ TEST(FuzzRegression, TomlNonAsciiWhereWhitespaceMayBe) {
     EXPECT_EQ(c.s.zone, "\xc2\xa7zone");
 }
 
+// config_fuzz: toml++ 3.3 asserts (abort) on an array closed by '}', as a typo in an endpoints
+// list makes it: `kprism check`, the daemon's start and its SIGHUP reload died of it. Each must be
+// an ordinary "invalid TOML" error naming the file.
+TEST(FuzzRegression, TomlArrayClosedByBraceIsAnError) {
+    CommandLine cl;
+    cl.command = Command::check;
+    for (std::string_view doc : {std::string_view("endpoints = [\n  \"10.0.0.1:6443\",\n}\n"),
+                                 std::string_view("endpoints = [\"10.0.0.1:6443\" }\n"),
+                                 std::string_view("a = [1,}"), std::string_view("a = [}"),
+                                 std::string_view("endpoints = [ { address = \"10.0.0.1:6443\" }, }\n")}) {
+        Config c;
+        std::vector<std::string> errors;
+        EXPECT_FALSE(load_config_text(doc, "fuzz.toml", cl, c, errors)) << doc;
+        ASSERT_EQ(errors.size(), 1u) << joined(errors);
+        EXPECT_EQ(errors[0].rfind("fuzz.toml:", 0), 0u) << errors[0];
+        EXPECT_NE(errors[0].find("invalid TOML"), std::string::npos) << errors[0];
+    }
+}
+
 // config_fuzz (round trip): a string holding DEL (U+007F, written "\u007f") was printed raw by
 // `kprism check`, and TOML forbids that: the printed configuration did not load again.
 TEST(FuzzRegression, RenderedDelLoadsAgain) {
