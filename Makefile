@@ -306,9 +306,10 @@ fuzz-smoke: fuzz
 # Fault injection (tests/faults/README.md): the real kprism in front of TLS stand-in apiservers,
 # each in its own network namespace; faults from iptables, a delaying relay, signals and resource
 # limits; one line per check, a table of figures per fault, "faults: N passed, M failed". Root
-# only, and skipped (exit 0) without `ip netns`; about 4 minutes. `make soak` is the soak alone
-# (SOAK_SECONDS, default 180; SOAK_SEED); `make soak-asan` the same against kprism built with
-# ASan + UBSan in build/faults-asan, its sanitizer output checked (LSan at exit after SIGTERM).
+# only, and skipped (exit 0) without `ip netns`; about 2.5 minutes on 2 cores. `make soak` is the
+# soak alone (SOAK_SECONDS, default 180; SOAK_SEED); `make soak-asan` the same against kprism
+# built with ASan + UBSan in build/faults-asan, its sanitizer output checked (LSan at exit after
+# SIGTERM).
 FAULTS_ASAN := build/faults-asan
 .PHONY: test-faults soak soak-asan
 test-faults: $(BUILD)/kprism $(BUILD)/kprism-standin

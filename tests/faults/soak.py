@@ -122,15 +122,19 @@ def bulk(ctx, port, stop, cnt, i):
 
 
 def chaos(ups, stop, cnt, rng, log):
-    """One fault at a time per upstream, each undone by a timer; every undo runs before the end."""
+    """One fault at a time per upstream, each undone by a timer; every undo runs before the end.
+    `log` gets [start, end, upstream, kind] per fault (monotonic times)."""
     busy = set()
     timers = []
 
     def later(delay, fn, u):
+        span = log[-1]
+
         def run():
             try:
                 fn()
             finally:
+                span[1] = time.monotonic()
                 busy.discard(u.name)
         t = threading.Timer(delay, run)
         t.daemon = True
@@ -144,7 +148,7 @@ def chaos(ups, stop, cnt, rng, log):
         kind = rng.choice(["readyz500", "kill", "stop", "blackhole"])
         busy.add(u.name)
         cnt.add(f"chaos_{kind}")
-        log.append(f"{time.monotonic():.1f} {kind} {u.name}")
+        log.append([time.monotonic(), None, u.name, kind])
         if kind == "readyz500":
             u.set_readyz("500")
             later(rng.uniform(4, 10), lambda u=u: u.set_readyz("200"), u)
@@ -233,7 +237,14 @@ def run(env, rep, seconds, binary=None, name="soak"):
         rep.check(not san, f"{name}: no sanitizer report in kprism's output", " | ".join(san[:5]))
         rep.check(0 <= fd1 <= fd0 + 2, f"{name}: kprism's open fds back to {fd1} (were {fd0}) once the clients left")
         chaos_n = {k2[6:]: v for k2, v in cnt.c.items() if k2.startswith("chaos_")}
-        rep.info(f"{name}: chaos {chaos_n}; short {len(short_fail)} of {len(results)} failed (chaos); watches "
+        # Each failed short connection, by its error and by how many upstreams were faulty while
+        # it ran (the chaos runs one fault per upstream at a time, on any of them at once).
+        kinds = {}
+        for r in short_fail:
+            faulty = {n for t0, t1, n, _ in chaos_log if t0 <= r.end and (t1 is None or t1 >= r.start)}
+            key = f"{(r.error or '?').split(':')[0]} with {len(faulty)} faulty"
+            kinds[key] = kinds.get(key, 0) + 1
+        rep.info(f"{name}: chaos {chaos_n}; short {len(short_fail)} of {len(results)} failed (chaos: {kinds}); watches "
                  f"reconnected {cnt.get('watch_ended')} times; bulk streams ended by chaos {cnt.get('bulk_ended')}; "
                  f"fds {fd0} -> {fd1}, VmRSS {rss0} -> {rss1} KiB; replayed "
                  f"{mets.get('kprism_connections_replayed_total', 0):.0f}, closed for down "

@@ -5,6 +5,7 @@ deleting the namespace removes the pair and every rule with it."""
 
 import ipaddress
 import os
+import shutil
 import subprocess
 
 
@@ -20,6 +21,8 @@ def available():
     """None when `ip netns` (and a veth pair in it) works here, else why not."""
     if os.geteuid() != 0:
         return "needs root"
+    if not shutil.which("ip"):
+        return "ip netns unavailable: ip (iproute2) not installed"
     name = f"kpf-probe-{os.getpid()}"
     try:
         r = sh("ip", "netns", "add", name, check=False)
@@ -33,7 +36,7 @@ def available():
     except (OSError, subprocess.SubprocessError) as e:
         return f"ip netns unavailable: {e}"
     finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)  # the veth pair goes with it
 
 
 def pick_subnet(exclude=()):
