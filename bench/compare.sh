@@ -323,11 +323,15 @@ measure_end() { # sets OTHERS (percent) and PROXY_TICKS
     OTHERS=$(awk -v a="$M0" -v b="$m1" -v o="$ours" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2]; v = (y[1] - x[1] - o) / (t > 0 ? t : 1) * 100; printf "%.0f", (v < 0 ? 0 : v) }')
     OTHERS_LOG="$OTHERS_LOG${OTHERS_LOG:+ }$OTHERS"
 }
-OTHERS_LOG=""; REPEATS=0; DISTURBED=()
+OTHERS_LOG=""; REPEATS=0; DISTURBED=(); FLAGGED=0
+addm() { # like add, but a measurement flagged as disturbed goes to metric~ (used only if no clean one)
+    if [ "$FLAGGED" = 1 ]; then add "$1" "$2~" "$3"; else add "$1" "$2" "$3"; fi
+}
 disturbed() { # what attempt -> true if the last measurement should be repeated (after a quiet gate)
     [ $smoke = 0 ] && [ "$OTHERS" -gt "$OTHERS_MAX" ] || return 1
     if [ "$2" -gt "$RETRIES" ]; then
         DISTURBED+=("$1 (others ${OTHERS}%)")
+        FLAGGED=1
         say "  (other processes took ${OTHERS}% of the CPUs meanwhile; no retries left: kept, flagged)"
         return 1
     fi
@@ -338,6 +342,7 @@ disturbed() { # what attempt -> true if the last measurement should be repeated 
 run_wrk() { # target mode(ka|close) port
     local out extra=() rps p50 p99 errs non2xx reqs attempt=0
     [ "$2" = close ] && extra=(-H 'Connection: close')
+    FLAGGED=0
     while :; do
         attempt=$((attempt + 1))
         measure_begin
@@ -352,10 +357,10 @@ run_wrk() { # target mode(ka|close) port
     errs=$(awk '/Socket errors:/ {gsub(",", ""); print $4 + $6 + $8 + $10}' <<<"$out"); errs=${errs:-0}
     non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out"); non2xx=${non2xx:-0}
     [ -n "$rps" ] && [ -n "$p99" ] || { echo "$out" >&2; die "cannot parse wrk output ($1 $2)"; }
-    add "$1" "$2_rps" "$rps"; add "$1" "$2_p50" "$p50"; add "$1" "$2_p99" "$p99"
+    addm "$1" "$2_rps" "$rps"; addm "$1" "$2_p50" "$p50"; addm "$1" "$2_p99" "$p99"
     add "$1" "$2_err" $((errs + non2xx))
     if [ ${#TPIDS[@]} -gt 0 ] && [ "${reqs:-0}" -gt 0 ]; then
-        add "$1" "$2_cpu" "$(awk -v d="$PROXY_TICKS" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.1f", d / hz * 1e6 / n }')"
+        addm "$1" "$2_cpu" "$(awk -v d="$PROXY_TICKS" -v hz="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.1f", d / hz * 1e6 / n }')"
     fi
     check "$([ $((errs + non2xx)) = 0 ] && echo 1)" "$1 $2: wrk socket errors $errs, non-2xx $non2xx"
     say "  $2: $rps req/s, p50 ${p50} us, p99 ${p99} us, errors $errs, non-2xx $non2xx (others ${OTHERS}% of the CPUs)"
@@ -371,6 +376,7 @@ run_bulk() { # target port
     fi
     # BULK_REPS downloads one after the other, each on a new connection: total bytes / total time.
     local attempt=0 j total tsum ok
+    FLAGGED=0
     while :; do
         attempt=$((attempt + 1))
         total=0; tsum=0; ok=1
@@ -386,7 +392,7 @@ run_bulk() { # target port
     done
     check $ok "$1 bulk: incomplete transfer"
     mibs=$(awk -v s="$total" -v t="$tsum" 'BEGIN { printf "%.0f", s / 1048576 / t }')
-    add "$1" bulk "$mibs"
+    addm "$1" bulk "$mibs"
     say "  bulk: $mibs MiB/s ($BULK_REPS x $bulk_bytes bytes in ${tsum}s; others ${OTHERS}% of the CPUs)"
 }
 run_idle() { # target port
@@ -503,7 +509,13 @@ if [ $smoke = 1 ]; then
 fi
 
 median() { tr ' ' '\n' <<<"$1" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-med() { [ -n "${R[$1.$2]:-}" ] && median "${R[$1.$2]}" || true; }
+med() { # target metric -> median of the undisturbed values, else of the disturbed ones and "*"
+    if [ -n "${R[$1.$2]:-}" ]; then
+        median "${R[$1.$2]}"
+    elif [ -n "${R[$1.$2~]:-}" ]; then
+        echo "$(median "${R[$1.$2~]}")*"
+    fi
+}
 fmt() { # value decimals -> formatted or "–"
     [ -n "$1" ] && awk -v v="$1" -v d="$2" 'BEGIN { printf "%.*f", d, v }' || printf '–'
 }
@@ -520,16 +532,22 @@ target_note() { # metric kprism haproxy -> issue 6 target and whether this run m
     rss_idle) [ -n "$k" ] && awk -v v="$k" 'BEGIN { printf "≤ 5120 KiB: %s", (v <= 5120) ? "met" : "missed" }' ;;
     esac
 }
-row() { # metric label decimals
-    local d k h x
+star() { case $1 in *\*) printf '*' ;; esac; }
+mark() { [ "$1" = – ] || [ -z "$1" ] && printf '%s' "$1" || printf '%s%s' "$1" "$2"; } # value star
+row() { # metric label decimals; a "*" marks a figure (and its ratios) from disturbed measurements only
+    local d k h x ds ks hs xs
     d=$(med direct "$1"); k=$(med kprism "$1"); h=$(med haproxy "$1"); x=$(med nginx "$1")
+    ds=$(star "$d"); ks=$(star "$k"); hs=$(star "$h"); xs=$(star "$x")
+    d=${d%\*}; k=${k%\*}; h=${h%\*}; x=${x%\*}
     printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$2" \
-        "$(fmt "$d" "$3")" "$(fmt "$k" "$3")" "$(fmt "$h" "$3")" "$(fmt "$x" "$3")" \
-        "$(ratio "$k" "$h")" "$(ratio "$x" "$h")" "$(ratio "$k" "$d")" "$(ratio "$h" "$d")" "$(ratio "$x" "$d")" \
-        "$(target_note "$1" "$k" "$h")"
+        "$(mark "$(fmt "$d" "$3")" "$ds")" "$(mark "$(fmt "$k" "$3")" "$ks")" "$(mark "$(fmt "$h" "$3")" "$hs")" \
+        "$(mark "$(fmt "$x" "$3")" "$xs")" "$(mark "$(ratio "$k" "$h")" "$(star "$ks$hs")")" \
+        "$(mark "$(ratio "$x" "$h")" "$(star "$xs$hs")")" "$(mark "$(ratio "$k" "$d")" "$(star "$ks$ds")")" \
+        "$(mark "$(ratio "$h" "$d")" "$(star "$hs$ds")")" "$(mark "$(ratio "$x" "$d")" "$(star "$xs$ds")")" \
+        "$(mark "$(target_note "$1" "$k" "$h")" "$(star "$ks$hs")")"
 }
 echo
-echo "Medians of $RUNS runs; ratios are value ÷ HAProxy's (H) or ÷ direct's (D); for latency, CPU and RSS lower is better."
+echo "Medians of $RUNS runs (of the undisturbed measurements where a cell has any; * = every measurement of that cell was disturbed, see below); ratios are value ÷ HAProxy's (H) or ÷ direct's (D); for latency, CPU and RSS lower is better."
 echo
 echo "| metric | direct | kprism | HAProxy | nginx stream | kprism ÷ H | nginx ÷ H | kprism ÷ D | HAProxy ÷ D | nginx ÷ D | issue 6 target (kprism) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -566,7 +584,7 @@ if [ $probes_ran = 1 ]; then
 fi
 if [ ${#DISTURBED[@]} -gt 0 ]; then
     echo
-    echo "Taken while other processes used more than ${OTHERS_MAX}% of the CPUs even after $RETRIES retries (kept in the medians): $(printf '%s; ' "${DISTURBED[@]}" | sed 's/; $//')."
+    echo "Disturbed: taken while other processes used more than ${OTHERS_MAX}% of the CPUs even after $RETRIES retries, left out of a cell's median unless all of its measurements were: $(printf '%s; ' "${DISTURBED[@]}" | sed 's/; $//')."
 fi
 echo
 if [ $FAILS -gt 0 ]; then
