@@ -152,7 +152,7 @@ bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
 
 # kprism vs HAProxy (mode tcp) vs nginx stream vs direct on the same three local HTTP backends, one
-# table (about 9 minutes on a quiet machine, longer while it waits out other load; needs
+# table (about 6 minutes on a quiet machine, longer while it waits out other load; needs
 # `make bench-deps`): see bench/RESULTS.md. RUNS (3), DURATION (10 s) and the other knobs are
 # bench/compare.sh's environment; KPRISM_BIN=path measures another binary; SMOKE=1 only checks
 # correctness (1 s runs, exit status 1 on a mismatch).

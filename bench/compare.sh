@@ -213,7 +213,7 @@ nginx -e "$tmp/backend.err" -p "$tmp" -c "$tmp/backend.conf" &
 backend_pid=$!
 PIDS+=("$backend_pid")
 for p in "${BACKEND_PORTS[@]}"; do wait_listen "$p" 10 || die "backend nginx not listening on $p: $(cat "$tmp/backend.err")"; done
-BACKEND_PIDS=("$backend_pid" $(pgrep -P "$backend_pid"))
+read -r -a BACKEND_PIDS <<<"$backend_pid $(pgrep -P "$backend_pid" | tr '\n' ' ')"
 PIDS+=("${BACKEND_PIDS[@]:1}") # its worker, in case the master dies first
 backend_csv=$(IFS=,; echo "${BACKEND_PORTS[*]}")
 direct_port=${BACKEND_PORTS[0]}
@@ -278,8 +278,9 @@ start_target() { # name; sets TPIDS and PORT
             [ $SECONDS -lt $end ] || die "no nginx stream worker"
             sleep 0.05
         done
-        TPIDS+=($w)
-        PIDS+=($w)
+        read -r -a w <<<"$(tr '\n' ' ' <<<"$w")"
+        TPIDS+=("${w[@]}")
+        PIDS+=("${w[@]}")
     fi
     if [ "$1" = kprism ]; then
         grep -q 'health checks paused' "$tmp/kprism.log" || die "kprism did not report paused health checks: $(tail -3 "$tmp/kprism.log")"
@@ -375,13 +376,13 @@ run_bulk() { # target port
         return 0
     fi
     # BULK_REPS downloads one after the other, each on a new connection: total bytes / total time.
-    local attempt=0 j total tsum ok
+    local attempt=0 total tsum ok
     FLAGGED=0
     while :; do
         attempt=$((attempt + 1))
         total=0; tsum=0; ok=1
         measure_begin
-        for j in $(seq "$BULK_REPS"); do
+        for _ in $(seq "$BULK_REPS"); do
             out=$(curl -sS --max-time 120 -o /dev/null -w '%{http_code} %{size_download} %{time_total}' "http://127.0.0.1:$2/bulk.bin")
             read -r code size t <<<"$out"
             [ "$code" = 200 ] && [ "$size" = "$bulk_bytes" ] || { ok=0; echo "FAIL: $1 bulk: HTTP $code, $size of $bulk_bytes bytes" >&2; }
