@@ -9,7 +9,7 @@ CXX ?= g++
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0)
 
 PKGS := libuv fmt openssl
-# WITH_SYSTEMD=0 drops libsystemd (static builds); src/notify.cc then speaks the sd_notify and
+# WITH_SYSTEMD=0 drops libsystemd (static builds); src/sd_notify.cc then speaks the sd_notify and
 # socket-activation protocol itself, with the same behaviour.
 WITH_SYSTEMD ?= 1
 ifeq ($(WITH_SYSTEMD),1)
@@ -96,10 +96,10 @@ $(BUILD)/version.stamp: FORCE | $(BUILD)/obj
 	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
 $(BUILD)/obj/version.o: $(BUILD)/version.stamp
 
-# notify.o is rebuilt when WITH_SYSTEMD changes.
+# sd_notify.o is rebuilt when WITH_SYSTEMD changes.
 $(BUILD)/systemd.stamp: FORCE | $(BUILD)/obj
 	@echo '$(WITH_SYSTEMD)' | cmp -s - $@ || echo '$(WITH_SYSTEMD)' > $@
-$(BUILD)/obj/notify.o: $(BUILD)/systemd.stamp
+$(BUILD)/obj/sd_notify.o: $(BUILD)/systemd.stamp
 
 # Every object is rebuilt when STATIC changes (only tracked once a tree has been built STATIC=1).
 $(BUILD)/static.stamp: FORCE | $(BUILD)/obj

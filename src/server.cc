@@ -11,7 +11,7 @@
 #include "kprism/admin.h"
 #include "kprism/connection.h"
 #include "kprism/log.h"
-#include "kprism/notify.h"
+#include "kprism/sd_notify.h"
 #include "kprism/random.h"
 #include "kprism/sockopt.h"
 

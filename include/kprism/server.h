@@ -89,7 +89,7 @@ public:
     // `attempt_started_ms`: when the failed attempt began (uv_now()); see server.cc.
     void passive_failure(Upstream& u, const char* reason, uint64_t attempt_started_ms);
 
-    // SIGHUP: load the configuration whole, then apply it (see reload.cc). A configuration that
+    // SIGHUP: load the configuration whole, then apply it (see server_reload.cc). A configuration that
     // does not load, or listeners that cannot be bound, leave everything as it was.
     void reload();
 
@@ -97,7 +97,7 @@ public:
     void begin_shutdown(const char* why);
     void log_stats();
 
-    // systemd (see systemd.cc). The listening socket passed for the admin server
+    // systemd (see server_systemd.cc). The listening socket passed for the admin server
     // (FileDescriptorName=admin, checked like the data sockets), or -1; the admin server listens on
     // it instead of health.bind_address:health.port. take_admin_fd() hands it over (the caller then
     // owns and closes it); until then the Server closes it when it is destroyed.

@@ -1,6 +1,6 @@
 // The sd-daemon wrapper: message texts, environment parsing, passed fds. Run against both builds
 // (libsystemd and WITH_SYSTEMD=0) to show they behave the same.
-#include "kprism/notify.h"
+#include "kprism/sd_notify.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -6,7 +6,7 @@
 
 #include "kprism/connection.h"
 #include "kprism/log.h"
-#include "kprism/notify.h"
+#include "kprism/sd_notify.h"
 #include "kprism/random.h"
 #include "kprism/server.h"
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "kprism/log.h"
-#include "kprism/notify.h"
+#include "kprism/sd_notify.h"
 #include "kprism/server.h"
 
 namespace kprism {

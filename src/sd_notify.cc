@@ -1,5 +1,5 @@
 // Talking to systemd: sd_notify messages, the watchdog interval, and socket-activation fds.
-#include "kprism/notify.h"
+#include "kprism/sd_notify.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
