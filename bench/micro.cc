@@ -63,7 +63,8 @@ std::unique_ptr<UpstreamPool> make_pool(size_t n, bool mixed) {
 // a new client connection does it (nothing tried yet).
 void BM_Pick(benchmark::State& state, const char* policy_name, size_t n, bool mixed) {
     auto pool = make_pool(n, mixed);
-    auto policy = make_policy(policy_name);
+    PolicyKind kind;
+    auto policy = parse_policy(policy_name, kind) ? make_policy(kind) : nullptr;
     if (!pool || !policy) {
         state.SkipWithError("setup failed");
         return;

@@ -137,7 +137,7 @@ void Admin::close() {
         open_ = false;
         uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), nullptr);
     }
-    for (AdminConnection* c = conns_; c; c = c->next) c->close("admin endpoint closed");
+    conns_.for_each([](AdminConnection* c) { c->close("admin endpoint closed"); });
 }
 
 void Admin::on_connection(uv_stream_t* s, int status) {
@@ -159,15 +159,12 @@ void AdminConnection::accept(Admin& admin, uv_stream_t* listener) {
     uv_timer_init(loop, &c->timer_);
     c->timer_.data = c;
     c->open_handles_ = 2;
-    c->next = admin.conns_;
-    if (admin.conns_) admin.conns_->prev = c;
-    admin.conns_ = c;
-    ++admin.count_;
+    admin.conns_.push_front(c);
     if (uv_accept(listener, c->stream()) != 0) {
         c->close("accept failed");
         return;
     }
-    if (admin.count_ > Admin::kMaxConnections) {
+    if (admin.conns_.size() > Admin::kMaxConnections) {
         c->close("too many admin connections");
         return;
     }
@@ -268,11 +265,7 @@ void AdminConnection::close(const char* reason) {
 void AdminConnection::on_closed(uv_handle_t* h) {
     auto* c = static_cast<AdminConnection*>(h->data);
     if (--c->open_handles_ > 0) return;
-    Admin& a = c->admin_;
-    if (c->prev) c->prev->next = c->next;
-    else a.conns_ = c->next;
-    if (c->next) c->next->prev = c->prev;
-    --a.count_;
+    c->admin_.conns_.remove(c);
     delete c;
 }
 

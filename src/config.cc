@@ -47,11 +47,14 @@ TOML_IMPL_NAMESPACE_END;
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "kprism/log.h"
+#include "kprism/policy.h"
+#include "kprism/upstream.h"
 #include "kprism/version.h"
 
 namespace kprism {
@@ -62,6 +65,7 @@ namespace kprism {
 
 using S = Settings;
 constexpr int64_t kSec = 1000;
+constexpr bool kRestart = false;  // OptionDef::reloadable
 
 const std::vector<OptionDef>& options() {
     static const std::vector<OptionDef> defs = {
@@ -88,8 +92,9 @@ const std::vector<OptionDef>& options() {
         {"max_connections", "max-connections", &S::max_connections, "client connections held at once", 1, 1000000},
         {"resolve_interval", "resolve-interval", &S::resolve_interval, "how often hostname endpoints are re-resolved",
          1 * kSec, 3600 * kSec},
-        {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port"},
-        {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535},
+        {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port",
+         0, INT64_MAX, {}, kRestart},
+        {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535, {}, kRestart},
         {"health.interval", "health-interval", &S::health_interval, "time between upstream health checks", 100,
          3600 * kSec},
         {"health.timeout", "health-timeout", &S::health_timeout,
@@ -438,7 +443,7 @@ bool same_endpoint(const HostPort& x, const HostPort& y) {
         sockaddr_storage a, b;
         ip_to_sockaddr(x.host, x.port, a);
         ip_to_sockaddr(y.host, y.port, b);
-        return sockaddr_str(reinterpret_cast<sockaddr*>(&a)) == sockaddr_str(reinterpret_cast<sockaddr*>(&b));
+        return sockaddr_str(a) == sockaddr_str(b);
     }
     std::string a = x.host, b = y.host;
     std::transform(a.begin(), a.end(), a.begin(), ::tolower);
@@ -483,6 +488,7 @@ void validate(Config& c, std::vector<std::string>& errors) {
             ep.zone = m->second.zone;
             ep.server_name = m->second.server_name;
         }
+        if (ep.server_name.empty()) ep.server_name = s.server_name;  // the one rule; see Endpoint
         for (auto& seen : c.endpoints) {
             if (same_endpoint(seen.addr, ep.addr)) {
                 fail("endpoints", fmt::format("duplicate endpoint '{}'", e));
@@ -493,8 +499,9 @@ void validate(Config& c, std::vector<std::string>& errors) {
     next:;
     }
 
-    if (c.endpoints.size() > 64)
-        fail("endpoints", fmt::format("{} endpoints configured; at most 64 are supported", c.endpoints.size()));
+    if (c.endpoints.size() > kMaxUpstreams)
+        fail("endpoints", fmt::format("{} endpoints configured; at most {} are supported", c.endpoints.size(),
+                                      kMaxUpstreams));
 
     if (s.bind_address.empty()) fail("bind_address", "no listen address");
     for (const auto& a : s.bind_address) {
@@ -503,21 +510,21 @@ void validate(Config& c, std::vector<std::string>& errors) {
             fail("bind_address", fmt::format("'{}' is not an IP address", a));
             continue;
         }
-        if (!s.allow_non_loopback && !is_loopback(reinterpret_cast<sockaddr*>(&ss))) {
+        if (!s.allow_non_loopback && !is_loopback(ss)) {
             fail("bind_address", fmt::format("'{}' is not a loopback address; kprism must not expose the API port "
                                              "(set allow_non_loopback = true to do it anyway)",
                                              a));
             continue;
         }
         for (auto& prev : c.listen)
-            if (sockaddr_str(reinterpret_cast<sockaddr*>(&prev)) == sockaddr_str(reinterpret_cast<sockaddr*>(&ss)))
+            if (sockaddr_str(prev) == sockaddr_str(ss))
                 fail("bind_address", fmt::format("duplicate address '{}'", a));
         c.listen.push_back(ss);
     }
 
     if (!is_ip_literal(s.health_bind_address, c.admin, static_cast<uint16_t>(s.health_port))) {
         fail("health.bind_address", fmt::format("'{}' is not an IP address", s.health_bind_address));
-    } else if (!s.allow_non_loopback && !is_loopback(reinterpret_cast<sockaddr*>(&c.admin))) {
+    } else if (!s.allow_non_loopback && !is_loopback(c.admin)) {
         fail("health.bind_address",
              fmt::format("'{}' is not a loopback address (set allow_non_loopback = true to do it anyway)",
                          s.health_bind_address));
@@ -546,6 +553,11 @@ void validate(Config& c, std::vector<std::string>& errors) {
                                                                               : s.ca_file;
         if (v.empty()) fail(key, "must not be empty");
     }
+    // The choices were checked when the values were read.
+    c.fail_mode = s.fail_mode == "fail-closed" ? FailMode::closed : FailMode::open;
+    parse_policy(s.policy, c.policy);
+    log::parse_level(s.log_level, c.log_level);
+    log::parse_format(s.log_format, c.log_format);
 }
 
 }  // namespace
@@ -555,6 +567,8 @@ std::string usage_text() {
         "Usage: kprism [run] [--config FILE] [flags]\n"
         "       kprism check [--config FILE] [flags]   validate and print the effective configuration\n"
         "       kprism status [--config FILE] [--health-port PORT]   show a running kprism's upstreams\n"
+        "       kprism reload [--config FILE] [flags] [--pid PID] [--timeout DURATION]\n"
+        "              make a running kprism re-read its file; waits for the outcome (default 30s)\n"
         "       kprism --version | --help\n\n"
         "kprism {}: node-local load balancer for the Kubernetes API; passes TCP through to the\n"
         "kube-apiservers that report ready.\n\nFlags (each overrides the config file key in brackets):\n"
@@ -573,6 +587,7 @@ std::string usage_text() {
 
 bool parse_command_line(int argc, const char* const* argv, CommandLine& out, std::vector<std::string>& errors) {
     bool saw_command = false;
+    std::vector<std::string> reload_flags;  // --pid, --timeout as given
     std::string_view bool_flag;  // the previous argument, when it was a boolean flag without '='
     // A flag's value is the next argument, unless there is none or it is another flag
     // ("--health-interval --bind-port 1"); then the error names what follows.
@@ -617,6 +632,28 @@ bool parse_command_line(int argc, const char* const* argv, CommandLine& out, std
                 out.config_file = std::string(value);
                 continue;
             }
+            if (name == "pid" || name == "timeout") {  // `kprism reload` only (checked below)
+                if (!has_value) {
+                    if (missing_value(i, name)) continue;
+                    value = argv[++i];
+                }
+                reload_flags.push_back(std::string(name));
+                if (name == "pid") {
+                    uint64_t pid = 0;
+                    auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), pid);
+                    if (ec != std::errc() || end != value.data() + value.size() || pid < 1 || pid > INT32_MAX)
+                        errors.push_back(fmt::format("--pid: invalid value {} (want a process id)", quote(value)));
+                    else out.reload_pid = static_cast<int64_t>(pid);
+                } else {
+                    std::string err;
+                    auto d = parse_duration(value, &err);
+                    if (!d || d->count() < 1 || d->count() > 3600 * kSec)
+                        errors.push_back(fmt::format("--timeout: invalid value {} ({})", quote(value),
+                                                     d ? "want 1ms to 1h" : err));
+                    else out.reload_timeout = *d;
+                }
+                continue;
+            }
             const OptionDef* o = find_flag(name);
             if (!o) {
                 errors.push_back(fmt::format("unknown flag --{}{}", name, did_you_mean(name, [](auto& od) {
@@ -637,11 +674,13 @@ bool parse_command_line(int argc, const char* const* argv, CommandLine& out, std
             out.flags.emplace_back(o, std::string(value));
             continue;
         }
-        if (!saw_command && (a == "run" || a == "check" || a == "status" || a == "version" || a == "help")) {
+        if (!saw_command &&
+            (a == "run" || a == "check" || a == "status" || a == "reload" || a == "version" || a == "help")) {
             saw_command = true;
             out.command = a == "run" ? Command::run
                           : a == "check" ? Command::check
                           : a == "status" ? Command::status
+                          : a == "reload" ? Command::reload
                           : a == "version" ? Command::version
                                            : Command::help;
             continue;
@@ -652,8 +691,11 @@ bool parse_command_line(int argc, const char* const* argv, CommandLine& out, std
                                          "--{}={}",
                                          a, after_bool_flag, a));
         else
-            errors.push_back(fmt::format("unexpected argument '{}' (commands: run, check, status; see --help)", a));
+            errors.push_back(
+                fmt::format("unexpected argument '{}' (commands: run, check, status, reload; see --help)", a));
     }
+    if (out.command != Command::reload && out.command != Command::help && out.command != Command::version)
+        for (const auto& f : reload_flags) errors.push_back(fmt::format("--{}: only 'kprism reload' takes it", f));
     return errors.empty();
 }
 
@@ -667,8 +709,9 @@ static bool finish(const CommandLine& cl, Config& c, std::vector<std::string>& e
         c.origin[o->key] = fmt::format("--{}", o->flag);
     }
     if (!errors.empty()) return false;
-    // `status` only needs the admin address; it must work without endpoints.
-    if (cl.command != Command::status) validate(c, errors);
+    // `status` and `reload` only need the admin address; they must work without endpoints (and
+    // for reload the daemon is the judge of the file).
+    if (cl.command != Command::status && cl.command != Command::reload) validate(c, errors);
     return errors.empty();
 }
 

@@ -54,9 +54,14 @@ void Connection::accept(Server& srv, uv_stream_t* listener) {
     c->start_attempt();
 }
 
+Upstream* Connection::pick(uint64_t now) {
+    ControlPlane& cp = srv_.control();
+    return pick_upstream(cp.upstreams(), srv_.policy(), tried_, now, cp.fallback_allowed());
+}
+
 void Connection::start_attempt() {
     uint64_t now = uv_now(srv_.loop());
-    up_ = pick_upstream(srv_.upstreams(), srv_.policy(), tried_, now, srv_.fallback_allowed());
+    up_ = pick(now);
     if (!up_) {
         srv_.note_client_failed(attempts_);
         close("no upstream reachable", true);
@@ -78,17 +83,17 @@ void Connection::start_attempt() {
     upstream_.open = true;
     open_handles_++;
     apply_tcp_options(&upstream_.tcp, srv_.config().s);
-    creq_ = srv_.connect_reqs().get();
+    creq_ = srv_.pools().connects.get();
     if (!creq_) {
-        attempt_failed("out of memory", false);
+        attempt_failed(ConnectFailure::other, "out of memory", false);
         return;
     }
     creq_->data = this;
-    r = uv_tcp_connect(creq_, &upstream_.tcp, reinterpret_cast<const sockaddr*>(&up_->sa), on_connect);
+    r = uv_tcp_connect(creq_, &upstream_.tcp, as_sockaddr(up_->sa), on_connect);
     if (r != 0) {
-        srv_.connect_reqs().put(creq_);
+        srv_.pools().connects.put(creq_);
         creq_ = nullptr;
-        attempt_failed(uv_strerror(r), !local_error(r));
+        attempt_failed(connect_failure_from_uv(r), uv_strerror(r), !local_error(r));
         return;
     }
     // Reading is armed together with the connect (libuv delivers nothing before on_connect), so
@@ -100,14 +105,14 @@ void Connection::start_attempt() {
 
 void Connection::on_connect(uv_connect_t* req, int status) {
     auto* c = static_cast<Connection*>(req->data);
-    c->srv_.connect_reqs().put(req);
+    c->srv_.pools().connects.put(req);
     c->creq_ = nullptr;
     if (status == UV_ECANCELED) return;  // our own uv_close of the attempt; handled there
     uv_timer_stop(&c->timer_);
     c->timer_for_ = TimerFor::none;
     if (c->closing_) return;
     if (status != 0) {
-        c->attempt_failed(uv_strerror(status), !local_error(status));
+        c->attempt_failed(connect_failure_from_uv(status), uv_strerror(status), !local_error(status));
         return;
     }
     c->start_splicing();
@@ -120,17 +125,17 @@ void Connection::on_timer(uv_timer_t* t) {
     if (c->closing_) return;
     switch (why) {
     case TimerFor::connect:
-        if (c->state_ == State::connecting) c->attempt_failed("connect timeout", true);
+        if (c->state_ == State::connecting) c->attempt_failed(ConnectFailure::timeout, "connect timeout", true);
         break;
     case TimerFor::first_response:
-        if (c->awaiting_answer_ && !c->try_replay("no response")) {
+        if (c->awaiting_answer_ && !c->try_replay(ConnectFailure::no_response, "no response")) {
             KPRISM_DEBUG("no other upstream to move to; waiting", {{"upstream", c->up_->name}});
         }
         break;
     case TimerFor::down:
         // Re-checked now: the upstream may be back, or closing would leave nothing ready.
-        if (c->up_ && c->up_->health == Health::down && c->srv_.upstreams().up_count() > 0) {
-            c->srv_.note_closed_for_down();
+        if (c->up_ && c->up_->health == Health::down && c->srv_.control().upstreams().up_count() > 0) {
+            c->srv_.control().note_closed_for_down();
             c->close("upstream down");
         }
         break;
@@ -143,12 +148,12 @@ void Connection::on_timer(uv_timer_t* t) {
 
 // Gives up on the current upstream, records the failure, and retries elsewhere once the
 // attempt's handle is closed (libuv handles cannot be re-initialised before then).
-void Connection::attempt_failed(const char* reason, bool upstream_fault) {
+void Connection::attempt_failed(ConnectFailure why, const char* reason, bool upstream_fault) {
     uv_timer_stop(&timer_);
     timer_for_ = TimerFor::none;
     Upstream* u = up_;
     u->active--;
-    if (upstream_fault) srv_.passive_failure(*u, reason, started_ms_ + attempt_offset_ms_);
+    if (upstream_fault) srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
     KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
     up_ = nullptr;
     upstream_.open = false;
@@ -173,13 +178,13 @@ void Connection::on_upstream_closed_for_retry(uv_handle_t* h) {
 
 // Moves a connection whose upstream has not answered yet to another upstream, replaying the
 // client's first flight there. False (nothing changed) when no other upstream is left to try.
-bool Connection::try_replay(const char* why) {
+bool Connection::try_replay(ConnectFailure why, const char* reason) {
     uint64_t now = uv_now(srv_.loop());
-    if (!pick_upstream(srv_.upstreams(), srv_.policy(), tried_, now, srv_.fallback_allowed())) return false;
+    if (!pick(now)) return false;
     Upstream* u = up_;
-    KPRISM_DEBUG("moving connection", {{"from", u->name}, {"reason", why}, {"replay_bytes", first_flight_.size()}});
+    KPRISM_DEBUG("moving connection", {{"from", u->name}, {"reason", reason}, {"replay_bytes", first_flight_.size()}});
     srv_.note_replayed();
-    srv_.passive_failure(*u, why, started_ms_ + attempt_offset_ms_);
+    srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
     u->active--;
     up_ = nullptr;
     state_ = State::connecting;
@@ -195,7 +200,7 @@ bool Connection::try_replay(const char* why) {
 
 void Connection::start_splicing() {
     state_ = State::splicing;
-    srv_.upstreams().connect_succeeded(*up_);
+    srv_.control().upstreams().connect_succeeded(*up_);
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
     if (awaiting_answer_ && !first_flight_.empty()) {
@@ -262,13 +267,13 @@ void Connection::close_later_for_down(uint64_t delay_ms) {
 void Connection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
     Connection* c = owner(h);
     Side& s = c->side_of(h);
-    if (!s.buf) s.buf = c->srv_.pool().get();
+    if (!s.buf) s.buf = c->srv_.pools().buffers.get();
     *buf = s.buf ? uv_buf_init(s.buf, BufferPool::kChunkSize) : uv_buf_init(nullptr, 0);
 }
 
 void Connection::release(Side& s) {
     if (s.buf) {
-        srv_.pool().put(s.buf);
+        srv_.pools().buffers.put(s.buf);
         s.buf = nullptr;
     }
     s.len = 0;
@@ -302,7 +307,7 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
     release(from);
     // An upstream that closes or resets before answering anything is treated like a silent one.
     if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
-        try_replay(nread == UV_EOF ? "closed before answering" : "reset before answering"))
+        try_replay(ConnectFailure::hung_up, nread == UV_EOF ? "closed before answering" : "reset before answering"))
         return;
     if (nread == UV_EOF) {
         from.eof = true;
@@ -316,14 +321,14 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
             return;
         }
         // libuv runs the shutdown after any write still queued on `to`.
-        to.sreq = srv_.shutdown_reqs().get();
+        to.sreq = srv_.pools().shutdowns.get();
         if (!to.sreq) {
             close("out of memory", true, true);
             return;
         }
         to.sreq->data = this;
         if (uv_shutdown(to.sreq, stream(to.tcp), on_shutdown) != 0) {
-            srv_.shutdown_reqs().put(to.sreq);
+            srv_.pools().shutdowns.put(to.sreq);
             to.sreq = nullptr;
             close("shutdown failed");
             return;
@@ -359,14 +364,14 @@ void Connection::forward(Side& from, Side& to) {
 // Queues `b` on `to` with a pooled request, released in on_write. False (and the connection
 // closing) when the write cannot be queued.
 bool Connection::queue_write(Side& to, uv_buf_t b) {
-    to.wreq = srv_.write_reqs().get();
+    to.wreq = srv_.pools().writes.get();
     if (!to.wreq) {
         close("out of memory", true, true);
         return false;
     }
     to.wreq->data = this;
     if (uv_write(to.wreq, stream(to.tcp), &b, 1, on_write) != 0) {
-        srv_.write_reqs().put(to.wreq);
+        srv_.pools().writes.put(to.wreq);
         to.wreq = nullptr;
         close("write failed", true, true);
         return false;
@@ -379,7 +384,7 @@ void Connection::on_write(uv_write_t* req, int status) {
     Side& to = req == c->client_.wreq ? c->client_ : c->upstream_;
     Side& from = c->other(to);
     to.wreq = nullptr;
-    c->srv_.write_reqs().put(req);
+    c->srv_.pools().writes.put(req);
     if (status == UV_ECANCELED || c->closing_) return;
     if (status != 0) {
         c->close(&to == &c->client_ ? "client write error" : "upstream write error", &to != &c->client_,
@@ -394,7 +399,7 @@ void Connection::on_shutdown(uv_shutdown_t* req, int status) {
     auto* c = static_cast<Connection*>(req->data);
     Side& to = req == c->client_.sreq ? c->client_ : c->upstream_;
     to.sreq = nullptr;
-    c->srv_.shutdown_reqs().put(req);
+    c->srv_.pools().shutdowns.put(req);
     if (status == UV_ECANCELED || c->closing_) return;
     to.shut = true;
     c->maybe_finish();

@@ -10,7 +10,7 @@
 
 #include "kprism/log.h"
 #include "kprism/random.h"
-#include "kprism/server.h"
+#include "kprism/control_plane.h"
 #include "kprism/tls_context.h"
 #include "kprism/version.h"
 
@@ -47,7 +47,7 @@ bool client_cert_rejected(int reason) {
 
 }  // namespace
 
-HealthChecker::HealthChecker(Server& srv, Upstream& u) : srv_(srv), up_(u) {}
+HealthChecker::HealthChecker(ControlPlane& cp, Upstream& u) : cp_(cp), up_(u) {}
 
 HealthChecker::~HealthChecker() {
     if (ssl_) SSL_free(ssl_);
@@ -55,8 +55,8 @@ HealthChecker::~HealthChecker() {
 }
 
 void HealthChecker::start(uint64_t first_delay_ms) {
-    uv_timer_init(srv_.loop(), &timer_);
-    uv_timer_init(srv_.loop(), &deadline_);
+    uv_timer_init(cp_.loop(), &timer_);
+    uv_timer_init(cp_.loop(), &deadline_);
     timer_.data = deadline_.data = this;
     handles_open_ = true;
     uv_timer_start(&timer_, on_timer, first_delay_ms, 0);
@@ -77,7 +77,7 @@ void HealthChecker::close() {
 
 void HealthChecker::check_soon() {
     if (!handles_open_ || phase_ != Phase::idle) return;
-    uint64_t now = uv_now(srv_.loop());
+    uint64_t now = uv_now(cp_.loop());
     if (probes_ > 0 && now - started_ms_ < 250) return;
     uv_timer_start(&timer_, on_timer, 0, 0);  // from the loop, not from the caller's stack
 }
@@ -90,15 +90,15 @@ void HealthChecker::begin() {
         begin_when_closed_ = true;
         return;
     }
-    uint64_t now = uv_now(srv_.loop());
+    uint64_t now = uv_now(cp_.loop());
     started_ms_ = now;
     ++probes_;
-    TlsClientContext& tls = srv_.tls();
+    TlsClientContext& tls = cp_.tls();
     SSL_CTX* ctx = tls.refresh(now);
     if (!ctx || !up_.resolved) {
         // Nothing to check with (kubelet TLS bootstrap) or no address yet: the upstream stays
         // as it is and the selection fails open. Look again at the fast interval.
-        uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.health_fast_interval.count()), 0);
+        uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(cp_.config().s.health_fast_interval.count()), 0);
         return;
     }
     if (tls.generation() != session_generation_) {  // new certificate: never resume the old identity
@@ -108,7 +108,7 @@ void HealthChecker::begin() {
     }
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
     parser_ = HttpResponseParser();
-    int r = uv_tcp_init_ex(srv_.loop(), &tcp_, up_.sa.ss_family);
+    int r = uv_tcp_init_ex(cp_.loop(), &tcp_, up_.sa.ss_family);
     if (r != 0) {
         log::warn("cannot create health check socket", {{"upstream", up_.name}, {"error", uv_strerror(r)}});
         schedule_next();
@@ -120,8 +120,8 @@ void HealthChecker::begin() {
     phase_ = Phase::connecting;
     creq_.data = this;
     connect_started_ns_ = uv_hrtime();
-    uv_timer_start(&deadline_, on_deadline, static_cast<uint64_t>(srv_.config().s.health_timeout.count()), 0);
-    r = uv_tcp_connect(&creq_, &tcp_, reinterpret_cast<const sockaddr*>(&up_.sa), on_connect);
+    uv_timer_start(&deadline_, on_deadline, static_cast<uint64_t>(cp_.config().s.health_timeout.count()), 0);
+    r = uv_tcp_connect(&creq_, &tcp_, as_sockaddr(up_.sa), on_connect);
     if (r != 0) finish(CheckResult::connect_failed, uv_strerror(r));
 }
 
@@ -132,7 +132,7 @@ void HealthChecker::on_connect(uv_connect_t* req, int status) {
         self->finish(CheckResult::connect_failed, uv_strerror(status));
         return;
     }
-    SSL* ssl = SSL_new(self->srv_.tls().get());
+    SSL* ssl = SSL_new(self->cp_.tls().get());
     self->ssl_ = ssl;
     self->rbio_ = BIO_new(BIO_s_mem());
     self->wbio_ = BIO_new(BIO_s_mem());
@@ -141,8 +141,7 @@ void HealthChecker::on_connect(uv_connect_t* req, int status) {
     SSL_set_connect_state(ssl);
     SSL_set_ex_data(ssl, ex_index(), self);
     const Upstream& u = self->up_;
-    const std::string& cfg_name = self->srv_.config().s.server_name;
-    std::string name = !u.server_name.empty() ? u.server_name : !cfg_name.empty() ? cfg_name : u.addr.host;
+    const std::string& name = u.tls_name();
     sockaddr_storage tmp;
     if (ip_to_sockaddr(name, 0, tmp)) {
         X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
@@ -150,7 +149,7 @@ void HealthChecker::on_connect(uv_connect_t* req, int status) {
         SSL_set_tlsext_host_name(ssl, name.c_str());
         SSL_set1_host(ssl, name.c_str());
     }
-    if (self->session_ && self->srv_.config().s.health_tls_resumption) SSL_set_session(ssl, self->session_);
+    if (self->session_ && self->cp_.config().s.health_tls_resumption) SSL_set_session(ssl, self->session_);
     self->phase_ = Phase::handshaking;
     uv_read_start(reinterpret_cast<uv_stream_t*>(&self->tcp_), on_alloc, on_read);
     self->drive();
@@ -165,12 +164,10 @@ int HealthChecker::on_new_session(SSL* ssl, SSL_SESSION* sess) {
 }
 
 std::string HealthChecker::request() const {
-    const std::string& global = srv_.config().s.server_name;
-    std::string host = !up_.server_name.empty() ? up_.server_name : !global.empty() ? global : up_.addr.str();
     return fmt::format(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json, */*\r\nConnection: "
         "close\r\n\r\n",
-        srv_.config().s.health_path, host, kVersion);
+        cp_.config().s.health_path, up_.host_header(), kVersion);
 }
 
 // One step of the TLS client: handshake, then the request, then the response; whatever OpenSSL
@@ -186,7 +183,7 @@ void HealthChecker::drive() {
             return;
         }
         // Probe RTT: connect plus TLS handshake, the round trips a client pays before its request.
-        srv_.upstreams().record_rtt(up_, static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e6);
+        cp_.upstreams().record_rtt(up_, static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e6);
         if (SSL_session_reused(ssl_)) ++up_.resumed_handshakes;
         else ++up_.full_handshakes;
         phase_ = Phase::awaiting_response;
@@ -308,7 +305,7 @@ void HealthChecker::on_deadline(uv_timer_t* t) {
     // the upstream down at once, like a 5xx; other timeouts count towards `fall`.
     const bool hung = self->phase_ == Phase::handshaking;
     self->finish(CheckResult::timeout,
-                 fmt::format("{} within {}", what, format_duration(self->srv_.config().s.health_timeout)), hung);
+                 fmt::format("{} within {}", what, format_duration(self->cp_.config().s.health_timeout)), hung);
 }
 
 void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down) {
@@ -333,7 +330,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down)
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
     // From the connect, when the deadline started: the time health.timeout bounds.
     up_.check_duration.observe(static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e9);
-    srv_.record_check(up_, r, error, explicit_down);
+    cp_.record_check(up_, r, error, explicit_down);
     schedule_next();
 }
 
@@ -350,12 +347,12 @@ void HealthChecker::on_tcp_closed(uv_handle_t* h) {
 // by a random factor in [0.8, 1.0] so thousands of nodes drift apart and never exceed it.
 void HealthChecker::schedule_next() {
     if (!handles_open_) return;
-    const Settings& s = srv_.config().s;
+    const Settings& s = cp_.config().s;
     bool fast = up_.health == Health::unknown || (up_.health == Health::up && up_.falls > 0) ||
                 (up_.health == Health::down && up_.rises > 0);
     uint64_t period = static_cast<uint64_t>((fast ? s.health_fast_interval : s.health_interval).count());
     period = period - random_below(period / 5 + 1);
-    uint64_t elapsed = uv_now(srv_.loop()) - started_ms_;
+    uint64_t elapsed = uv_now(cp_.loop()) - started_ms_;
     uv_timer_start(&timer_, on_timer, period > elapsed ? period - elapsed : 0, 0);
 }
 

@@ -43,7 +43,7 @@ int listen_on_fd(uv_loop_t* loop, uv_tcp_t& tcp, bool& open, void* data, int fd,
                  std::string& name) {
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    name = getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 ? sockaddr_str(reinterpret_cast<sockaddr*>(&ss))
+    name = getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 ? sockaddr_str(ss)
                                                                         : fmt::format("fd {}", fd);
     int r = uv_tcp_init(loop, &tcp);
     if (r != 0) {
@@ -89,7 +89,7 @@ bool inspect_listen_fd(int fd, sockaddr_storage& addr, std::string& error) {
     }
     if (opt(SOL_SOCKET, SO_ACCEPTCONN) != 1) {
         error = fmt::format("fd {} ({}) is not listening (Accept=yes is not supported)", fd,
-                            sockaddr_str(reinterpret_cast<sockaddr*>(&addr)));
+                            sockaddr_str(addr));
         return false;
     }
     return true;

@@ -7,6 +7,7 @@
 
 #include "kprism/config.h"
 #include "kprism/log.h"
+#include "kprism/reload_cmd.h"
 #include "kprism/server.h"
 #include "kprism/status_cmd.h"
 #include "kprism/version.h"
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
     if (!parse_command_line(argc, argv, cl, errors)) {
         print_errors(errors);
         fmt::print(stderr, "kprism: see 'kprism --help'\n");
+        if (cl.command == Command::reload) return kReloadError;
         return cl.command == Command::status ? kStatusError : kExitConfig;
     }
     if (cl.command == Command::help) {
@@ -64,17 +66,14 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (cl.command == Command::status) return status_command(cl);
+    if (cl.command == Command::reload) return reload_command(cl);
     Config cfg;
     if (!load_config(cl, cfg, errors)) {
         print_errors(errors);
         return kExitConfig;
     }
-    log::Level level;
-    log::Format format;
-    log::parse_level(cfg.s.log_level, level);
-    log::parse_format(cfg.s.log_format, format);
-    log::set_level(level);
-    log::set_format(format);
+    log::set_level(cfg.log_level);
+    log::set_format(cfg.log_format);
     if (cl.command == Command::check) {
         fmt::print("{}", render_config(cfg));
         fmt::print(stderr, "kprism: configuration is valid{}\n",

@@ -2,6 +2,7 @@
 #include "kprism/metrics.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "kprism/tls_context.h"
 #include "kprism/version.h"
@@ -17,13 +18,15 @@ size_t Snapshot::up_count() const {
 Snapshot take_snapshot(Server& srv) {
     Snapshot s;
     s.version = kVersion;
+    s.pid = static_cast<int64_t>(getpid());
     s.stats = srv.stats();
     s.connections_active = srv.active_connections();
-    s.fail_open = srv.failing_open();
+    s.fail_open = srv.control().failing_open();
     s.draining = srv.draining();
-    s.client_cert_not_after = srv.tls().get() ? srv.tls().not_after() : 0;
+    TlsClientContext& tls = srv.control().tls();
+    s.client_cert_not_after = tls.get() ? tls.not_after() : 0;
     s.heartbeat_age_seconds = srv.heartbeat().age_seconds();
-    UpstreamPool& ups = srv.upstreams();
+    UpstreamPool& ups = srv.control().upstreams();
     for (size_t i = 0; i < ups.size(); ++i)
         if (!ups[i].removed) s.upstreams.push_back(&ups[i]);
     return s;

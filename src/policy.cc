@@ -9,7 +9,7 @@ namespace {
 class RandomPolicy final : public Policy {
 public:
     Upstream* choose(Upstream* const* c, size_t n) override { return c[random_below(n)]; }
-    const char* name() const override { return "random"; }
+    const char* name() const override { return policy_name(PolicyKind::random); }
 };
 
 // Fewest active connections; ties broken uniformly at random (reservoir of size one).
@@ -30,7 +30,7 @@ Upstream* least_connections(Upstream* const* c, size_t n) {
 class LeastConnectionsPolicy final : public Policy {
 public:
     Upstream* choose(Upstream* const* c, size_t n) override { return least_connections(c, n); }
-    const char* name() const override { return "least-connections"; }
+    const char* name() const override { return policy_name(PolicyKind::least_connections); }
 };
 
 // Random within the nearest tier of ready upstreams (probe RTT, with hysteresis; see
@@ -49,16 +49,36 @@ public:
             if (c[i]->rtt_ms >= 0 && (best->rtt_ms < 0 || c[i]->rtt_ms < best->rtt_ms)) best = c[i];
         return best;
     }
-    const char* name() const override { return "latency"; }
+    const char* name() const override { return policy_name(PolicyKind::latency); }
 };
 
 }  // namespace
 
-std::unique_ptr<Policy> make_policy(std::string_view name) {
-    if (name == "random") return std::make_unique<RandomPolicy>();
-    if (name == "least-connections") return std::make_unique<LeastConnectionsPolicy>();
-    if (name == "latency") return std::make_unique<LatencyPolicy>();
-    return nullptr;
+const char* policy_name(PolicyKind kind) {
+    switch (kind) {
+    case PolicyKind::random: return "random";
+    case PolicyKind::least_connections: return "least-connections";
+    case PolicyKind::latency: return "latency";
+    }
+    return "random";
+}
+
+bool parse_policy(std::string_view name, PolicyKind& out) {
+    for (PolicyKind k : {PolicyKind::random, PolicyKind::least_connections, PolicyKind::latency})
+        if (name == policy_name(k)) {
+            out = k;
+            return true;
+        }
+    return false;
+}
+
+std::unique_ptr<Policy> make_policy(PolicyKind kind) {
+    switch (kind) {
+    case PolicyKind::least_connections: return std::make_unique<LeastConnectionsPolicy>();
+    case PolicyKind::latency: return std::make_unique<LatencyPolicy>();
+    case PolicyKind::random: break;
+    }
+    return std::make_unique<RandomPolicy>();
 }
 
 Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback) {

@@ -3,23 +3,35 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <ctime>
 
 #include "kprism/connection.h"
 #include "kprism/log.h"
 #include "kprism/sd_notify.h"
-#include "kprism/random.h"
 #include "kprism/server.h"
 
 namespace kprism {
 
-namespace {
-std::string addr_str(const sockaddr_storage& ss) { return sockaddr_str(reinterpret_cast<const sockaddr*>(&ss)); }
-}  // namespace
+// Every attempt ends here, also one that is refused, so that `kprism reload` (which waits for
+// reload_generation to move) always gets an answer.
+void Server::finish_reload(bool ok, std::string changes, std::string error) {
+    ++(ok ? stats_.reloads_ok : stats_.reloads_failed);
+    ++stats_.reload_generation;
+    stats_.reload_last_ok = ok;
+    stats_.reload_last_changes = std::move(changes);
+    stats_.reload_last_error = std::move(error);
+    stats_.reload_last_unix = static_cast<int64_t>(std::time(nullptr));
+}
 
 void Server::reload() {
-    if (draining_ || finished_) return;
+    if (draining_ || finished_) {
+        log::warn("reload ignored", {{"reason", "shutting down"}});
+        finish_reload(false, "", "kprism is shutting down");
+        return;
+    }
     if (!loader_) {
         log::warn("reload ignored", {{"reason", "no configuration source to re-read"}});
+        finish_reload(false, "", "no configuration source to re-read");
         return;
     }
     log::info("reloading configuration", {{"file", cfg_.config_file.empty() ? "-" : cfg_.config_file}});
@@ -29,71 +41,58 @@ void Server::reload() {
         Server* s;
         ~Done() {
             notify::ready();
-            notify::status(s->status_summary());
+            notify::status(s->control().summary());
         }
     } done{this};
     Config next;
     std::vector<std::string> errors;
     if (!loader_(next, errors)) {
-        ++stats_.reloads_failed;
-        for (const auto& e : errors)
+        std::string all;
+        for (const auto& e : errors) {
             log::error("reload failed; keeping the old configuration", {{"error", e}});
+            all += (all.empty() ? "" : "; ") + e;
+        }
+        finish_reload(false, "", all.empty() ? std::string("the configuration did not load") : all);
         return;
     }
     std::string error, summary;
     if (!apply_listeners(next, error, summary)) {
-        ++stats_.reloads_failed;
         log::error("reload failed; keeping the old configuration", {{"error", error}});
+        finish_reload(false, "", error);
         return;
     }
     // From here on nothing can fail: the new configuration is committed.
-    apply_endpoints(next, summary);
-    if (next.s.client_cert != cfg_.s.client_cert || next.s.client_key != cfg_.s.client_key ||
-        next.s.ca_file != cfg_.s.ca_file) {
-        tls_ = std::make_unique<TlsClientContext>(next.s.client_cert, next.s.client_key, next.s.ca_file);
-        summary += " tls_files=changed";
-    } else {
-        tls_->reread();  // SIGHUP also re-reads the certificates
-    }
-    if (next.s.health_port != cfg_.s.health_port || next.s.health_bind_address != cfg_.s.health_bind_address)
-        log::warn("health.bind_address/health.port changes take effect at the next restart");
-    policy_ = make_policy(next.s.policy);
-    ups_.node_zone = next.s.zone;
-    ups_.policy.rise = static_cast<uint32_t>(next.s.health_rise);
-    ups_.policy.fall = static_cast<uint32_t>(next.s.health_fall);
-    log::Level level;
-    log::Format format;
-    if (log::parse_level(next.s.log_level, level)) log::set_level(level);
-    if (log::parse_format(next.s.log_format, format)) log::set_format(format);
-    // The admin address is kept from the running configuration (see above).
-    next.s.health_port = cfg_.s.health_port;
-    next.s.health_bind_address = cfg_.s.health_bind_address;
-    next.admin = cfg_.admin;
+    control_.reconfigure(next, summary);
+    keep_restart_only_settings(next);
+    policy_ = make_policy(next.policy);
+    log::set_level(next.log_level);
+    log::set_format(next.log_format);
     cfg_ = std::move(next);
     apply_listener_tcp_options();
     update_connection_limit();  // max_connections or the number of upstreams may have changed
-    ++stats_.reloads_ok;
-    log::info("configuration reloaded", {{"changes", summary.empty() ? std::string("none") : summary.substr(1)}});
+    std::string changes = summary.empty() ? std::string("none") : summary.substr(1);
+    log::info("configuration reloaded", {{"changes", changes}});
+    finish_reload(true, std::move(changes), "");
 }
 
 // Binds the listen addresses that are new, then closes the ones that are gone. Established
 // connections do not depend on their listener and carry on.
 bool Server::apply_listeners(const Config& next, std::string& error, std::string& summary) {
-    if (socket_activated_) {  // systemd owns the listening sockets; the configured addresses are unused
+    if (sd_.socket_activated) {  // systemd owns the listening sockets; the configured addresses are unused
         if (next.listen.size() != cfg_.listen.size() ||
             !std::equal(next.listen.begin(), next.listen.end(), cfg_.listen.begin(),
-                        [](const sockaddr_storage& a, const sockaddr_storage& b) { return addr_str(a) == addr_str(b); }))
+                        [](const sockaddr_storage& a, const sockaddr_storage& b) { return sockaddr_str(a) == sockaddr_str(b); }))
             log::warn("listen address changes are ignored: the sockets come from systemd");
         return true;
     }
     std::vector<std::unique_ptr<Listener>> fresh;
     for (const auto& addr : next.listen) {
         bool have = false;
-        for (auto& l : listeners_) have = have || l->name == addr_str(addr);
+        for (auto& l : listeners_) have = have || l->name == sockaddr_str(addr);
         if (have) continue;
         auto l = std::make_unique<Listener>();
-        if (int r = l->start(loop_, this, reinterpret_cast<const sockaddr*>(&addr)); r != 0) {
-            error = fmt::format("cannot listen on {}: {}", addr_str(addr), uv_strerror(r));
+        if (int r = l->start(loop_, this, as_sockaddr(addr)); r != 0) {
+            error = fmt::format("cannot listen on {}: {}", sockaddr_str(addr), uv_strerror(r));
             l->close();
             retired_listeners_.push_back(std::move(l));
             for (auto& f : fresh) {
@@ -106,7 +105,7 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
     }
     for (auto it = listeners_.begin(); it != listeners_.end();) {
         bool keep = false;
-        for (const auto& addr : next.listen) keep = keep || (*it)->name == addr_str(addr);
+        for (const auto& addr : next.listen) keep = keep || (*it)->name == sockaddr_str(addr);
         if (keep) {
             ++it;
             continue;
@@ -125,44 +124,20 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
     return true;
 }
 
-// Endpoints kept stay as they are (state, connections); new ones are checked at once; removed
-// ones take no new connections and their connections drain for up to drain_timeout.
-void Server::apply_endpoints(const Config& next, std::string& summary) {
-    std::vector<bool> keep(ups_.size(), false);
-    for (const auto& e : next.endpoints) {
-        if (Upstream* u = ups_.find(e.addr)) {
-            keep[u->index] = true;
-            u->zone = e.zone;
-            u->server_name = e.server_name;
-        }
+// Settings that a reload cannot apply (OptionDef::reloadable) keep their running values; a change
+// to one is logged and waits for the next restart.
+void Server::keep_restart_only_settings(Config& next) {
+    for (const OptionDef& o : options()) {
+        if (o.reloadable) continue;
+        std::visit(
+            [&](auto member) {
+                if (next.s.*member == cfg_.s.*member) return;
+                log::warn("setting not reloaded: it takes effect at the next restart", {{"key", o.key}});
+                next.s.*member = cfg_.s.*member;
+            },
+            o.field);
     }
-    for (size_t i = 0; i < keep.size(); ++i) {
-        Upstream& u = ups_[i];
-        if (keep[i] || u.removed) continue;
-        u.removed = true;
-        summary += " endpoint_removed=" + u.name;
-        log::info("endpoint removed; its connections drain", {{"upstream", u.name}, {"connections", u.active},
-                                                             {"drain_timeout", format_duration(next.s.drain_timeout)}});
-        if (checkers_[i]) {
-            checkers_[i]->close();
-            retired_checkers_.push_back(std::move(checkers_[i]));
-        }
-        auto drain = static_cast<uint64_t>(next.s.drain_timeout.count());
-        for (Connection* c = conns_; c; c = c->next)
-            if (c->upstream() == &u) c->close_later_for_removal(drain);
-    }
-    for (const auto& e : next.endpoints) {
-        if (ups_.find(e.addr)) continue;
-        Upstream* u = ups_.add(e.addr, e.zone, e.server_name);
-        if (!u) {  // validation caps endpoints at 64, but removed ones may still hold slots
-            log::error("endpoint not added: every slot is held by a draining endpoint", {{"upstream", e.addr.str()}});
-            continue;
-        }
-        summary += " endpoint_added=" + u->name;
-        log::info("endpoint added", {{"upstream", u->name}});
-        if (!u->addr.is_ip) resolve(*u);
-        start_checker(*u, random_below(200));
-    }
+    next.admin = cfg_.admin;  // derived from health.bind_address and health.port
 }
 
 }  // namespace kprism

@@ -13,10 +13,10 @@ namespace kprism {
 namespace {
 
 bool loopback_allowed(const Config& cfg, int fd, const sockaddr_storage& ss, std::string& error) {
-    if (cfg.s.allow_non_loopback || is_loopback(reinterpret_cast<const sockaddr*>(&ss))) return true;
+    if (cfg.s.allow_non_loopback || is_loopback(ss)) return true;
     error = fmt::format("socket passed by systemd (fd {}) is bound to {}, not a loopback address "
                         "(set allow_non_loopback = true to do it anyway)",
-                        fd, sockaddr_str(reinterpret_cast<const sockaddr*>(&ss)));
+                        fd, sockaddr_str(ss));
     return false;
 }
 
@@ -32,7 +32,7 @@ bool Server::adopt_passed_sockets(std::string& error) {
     auto fail = [&](size_t i) {
         for (size_t j = i; j < passed.size(); ++j) ::close(passed[j].fd);
         for (auto& l : listeners_) l->close();
-        if (admin_fd_ >= 0) ::close(take_admin_fd());
+        if (sd_.admin_fd >= 0) ::close(take_admin_fd());
         return false;
     };
     for (size_t i = 0; i < passed.size(); ++i) {
@@ -44,15 +44,15 @@ bool Server::adopt_passed_sockets(std::string& error) {
             ::close(p.fd);
             continue;
         }
-        if (admin && admin_fd_ >= 0) {
-            error = fmt::format("systemd passed more than one socket named admin (fd {} and {})", admin_fd_, p.fd);
+        if (admin && sd_.admin_fd >= 0) {
+            error = fmt::format("systemd passed more than one socket named admin (fd {} and {})", sd_.admin_fd, p.fd);
             return fail(i);
         }
         sockaddr_storage ss{};
         if (!inspect_listen_fd(p.fd, ss, error) || !loopback_allowed(cfg_, p.fd, ss, error)) return fail(i);
         if (admin) {
-            admin_fd_ = p.fd;
-            log::info("admin socket passed by systemd", {{"address", sockaddr_str(reinterpret_cast<sockaddr*>(&ss))},
+            sd_.admin_fd = p.fd;
+            log::info("admin socket passed by systemd", {{"address", sockaddr_str(ss)},
                                                          {"fd", p.fd}});
             continue;
         }
@@ -67,10 +67,10 @@ bool Server::adopt_passed_sockets(std::string& error) {
         listeners_.push_back(std::move(l));
     }
     if (listeners_.empty()) return true;
-    socket_activated_ = true;
+    sd_.socket_activated = true;
     std::string configured;
     for (const auto& a : cfg_.listen)
-        configured += (configured.empty() ? "" : ",") + sockaddr_str(reinterpret_cast<const sockaddr*>(&a));
+        configured += (configured.empty() ? "" : ",") + sockaddr_str(a);
     log::info("listening on sockets passed by systemd; bind_address and bind_port are ignored",
               {{"addresses", addresses}, {"ignored", configured}});
     return true;
@@ -78,57 +78,45 @@ bool Server::adopt_passed_sockets(std::string& error) {
 
 // After the listeners are bound: the watchdog, and READY=1 now or once the first round is done.
 void Server::start_systemd() {
-    uv_timer_init(loop_, &ready_timer_);
-    uv_timer_init(loop_, &watchdog_timer_);
-    ready_timer_.data = watchdog_timer_.data = this;
+    uv_timer_init(loop_, &sd_.ready_timer);
+    uv_timer_init(loop_, &sd_.watchdog_timer);
+    sd_.ready_timer.data = sd_.watchdog_timer.data = this;
     if (uint64_t usec = notify::watchdog_interval()) {
         // From the loop, at half the timeout, so that a wedged loop stops the pings.
         uint64_t every = std::max<uint64_t>(1, usec / 2000);
-        uv_timer_start(&watchdog_timer_, on_watchdog, every, every);
+        uv_timer_start(&sd_.watchdog_timer, on_watchdog, every, every);
         log::info("systemd watchdog enabled", {{"timeout", fmt::format("{}us", usec)},
                                                {"ping_every", format_duration(Duration(every))}});
     }
     // Load the client certificate now: without one the checks are paused and there is no round to wait for.
-    tls_->refresh(uv_now(loop_));
+    control_.tls().refresh(uv_now(loop_));
     maybe_ready();
     // First probes start within a second and each ends within health.timeout.
-    if (!ready_sent_)
-        uv_timer_start(&ready_timer_, on_ready_timeout, static_cast<uint64_t>(cfg_.s.health_timeout.count()) + 1000, 0);
+    if (!sd_.ready_sent)
+        uv_timer_start(&sd_.ready_timer, on_ready_timeout, static_cast<uint64_t>(cfg_.s.health_timeout.count()) + 1000, 0);
 }
 
-std::string Server::status_summary() const {
-    size_t live = 0;
-    for (size_t i = 0; i < ups_.size(); ++i) live += !ups_[i].removed;
-    size_t up = ups_.up_count();
-    std::string s = fmt::format("{}/{} upstreams ready", up, live);
-    if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
-    return s;
-}
-
-void Server::systemd_health_changed() {
+void Server::health_changed() {
     if (draining_ || finished_) return;  // the STATUS then tells about the drain
-    if (!ready_sent_) {
+    if (!sd_.ready_sent) {
         maybe_ready();
-        if (ready_sent_) return;  // with its STATUS
+        if (sd_.ready_sent) return;  // with its STATUS
     }
-    notify::status(status_summary());
+    notify::status(control_.summary());
 }
 
 // The first health round is done when every upstream has a verdict (its first result decides
 // one), or at once when the checks are paused for lack of a client certificate.
 void Server::maybe_ready() {
-    if (ready_sent_ || draining_ || finished_) return;
-    bool all_judged = true;
-    for (size_t i = 0; i < ups_.size(); ++i)
-        all_judged = all_judged && (ups_[i].removed || ups_[i].health != Health::unknown);
-    if (!tls_->get()) send_ready("health checks paused");
-    else if (all_judged) send_ready("first health round done");
+    if (sd_.ready_sent || draining_ || finished_) return;
+    if (!control_.tls().get()) send_ready("health checks paused");
+    else if (control_.all_judged()) send_ready("first health round done");
 }
 
 void Server::send_ready(const char* reason) {
-    ready_sent_ = true;
-    uv_timer_stop(&ready_timer_);
-    std::string st = status_summary();
+    sd_.ready_sent = true;
+    uv_timer_stop(&sd_.ready_timer);
+    std::string st = control_.summary();
     notify::status(st);
     bool notified = notify::ready();
     log::info("ready", {{"reason", reason}, {"status", st}, {"notified_systemd", notified}});
@@ -136,7 +124,7 @@ void Server::send_ready(const char* reason) {
 
 void Server::on_ready_timeout(uv_timer_t* t) {
     auto* self = static_cast<Server*>(t->data);
-    if (!self->ready_sent_ && !self->draining_) self->send_ready("first health round timed out");
+    if (!self->sd_.ready_sent && !self->draining_) self->send_ready("first health round timed out");
 }
 
 void Server::on_watchdog(uv_timer_t*) { notify::watchdog(); }

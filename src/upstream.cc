@@ -43,13 +43,46 @@ const char* connect_error_name(ConnectError e) {
     return "?";
 }
 
-ConnectError classify_connect_error(std::string_view reason) {
-    if (reason == "connection refused") return ConnectError::refused;
-    if (reason.find("timeout") != std::string_view::npos || reason.find("timed out") != std::string_view::npos)
-        return ConnectError::timeout;
-    if (reason == "no response" || reason.find("before answering") != std::string_view::npos)
-        return ConnectError::no_response;
+ConnectFailure connect_failure_from_uv(int uv_status) {
+    switch (uv_status) {
+    case UV_ECONNREFUSED: return ConnectFailure::refused;
+    case UV_ETIMEDOUT: return ConnectFailure::timeout;
+    case UV_EHOSTUNREACH:
+    case UV_ENETUNREACH: return ConnectFailure::unreachable;
+    case UV_ECONNRESET: return ConnectFailure::reset;
+    default: return ConnectFailure::other;
+    }
+}
+
+const char* connect_failure_name(ConnectFailure f) {
+    switch (f) {
+    case ConnectFailure::refused: return "refused";
+    case ConnectFailure::timeout: return "timeout";
+    case ConnectFailure::unreachable: return "unreachable";
+    case ConnectFailure::reset: return "reset";
+    case ConnectFailure::no_response: return "no_response";
+    case ConnectFailure::hung_up: return "hung_up";
+    case ConnectFailure::other: return "other";
+    }
+    return "other";
+}
+
+ConnectError connect_error_of(ConnectFailure f) {
+    switch (f) {
+    case ConnectFailure::refused: return ConnectError::refused;
+    case ConnectFailure::timeout: return ConnectError::timeout;
+    case ConnectFailure::no_response:
+    case ConnectFailure::hung_up: return ConnectError::no_response;
+    case ConnectFailure::unreachable:
+    case ConnectFailure::reset:
+    case ConnectFailure::other: return ConnectError::other;
+    }
     return ConnectError::other;
+}
+
+CheckResult check_result_of(ConnectFailure f) {
+    return f == ConnectFailure::timeout || f == ConnectFailure::no_response ? CheckResult::timeout
+                                                                            : CheckResult::connect_failed;
 }
 
 Upstream* UpstreamPool::find(const HostPort& addr) {
@@ -66,7 +99,7 @@ Upstream* UpstreamPool::add(const HostPort& addr, std::string zone, std::string 
             slot = i;
             break;
         }
-    if (slot >= 64) return nullptr;  // TriedSet holds 64 bits
+    if (slot >= kMaxUpstreams) return nullptr;
     u->index = slot;
     u->addr = addr;
     u->name = addr.str();
@@ -82,9 +115,9 @@ Upstream* UpstreamPool::add(const HostPort& addr, std::string zone, std::string 
     return raw;
 }
 
-void UpstreamPool::connect_failed(Upstream& u, const char* reason, uint64_t now) {
+void UpstreamPool::connect_failed(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t now) {
     ++u.connect_failures;
-    ++u.connect_errors[static_cast<size_t>(classify_connect_error(reason))];
+    ++u.connect_errors[static_cast<size_t>(connect_error_of(why))];
     ++u.consecutive_failures;
     bool was_in_backoff = u.in_backoff(now);
     if (was_in_backoff) return;  // a burst of clients failing at once is one failure, not many
@@ -95,7 +128,8 @@ void UpstreamPool::connect_failed(Upstream& u, const char* reason, uint64_t now)
     u.retry_at_ms = now + wait;
     if (u.health != Health::up)
         log::warn("upstream connect failed", {{"upstream", u.name},
-                                              {"reason", reason},
+                                              {"reason", connect_failure_name(why)},
+                                              {"error", detail},
                                               {"health", health_name(u.health)},
                                               {"failures", u.consecutive_failures},
                                               {"retry_in", format_duration(Duration{static_cast<int64_t>(wait)})}});

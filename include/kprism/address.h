@@ -29,8 +29,11 @@ bool parse_port(std::string_view s, uint16_t& out, std::string* err);
 // Fills `out` for an IP literal (IPv4 or IPv6, brackets optional). False if not a literal.
 bool ip_to_sockaddr(std::string_view ip, uint16_t port, sockaddr_storage& out);
 
+inline const sockaddr* as_sockaddr(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
 bool is_loopback(const sockaddr* sa);
+inline bool is_loopback(const sockaddr_storage& ss) { return is_loopback(as_sockaddr(ss)); }
 std::string sockaddr_str(const sockaddr* sa);  // "127.0.0.1:7445" / "[::1]:7445"
+inline std::string sockaddr_str(const sockaddr_storage& ss) { return sockaddr_str(as_sockaddr(ss)); }
 socklen_t sockaddr_len(const sockaddr* sa);
 
 }  // namespace kprism

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kprism/http_request.h"
+#include "kprism/intrusive_list.h"
 
 namespace kprism {
 
@@ -47,7 +48,7 @@ public:
     // Stops listening and closes every admin connection. Idempotent.
     void close();
     const std::string& name() const { return name_; }
-    size_t connections() const { return count_; }
+    size_t connections() const { return conns_.size(); }
 
     // The answer to a parsed request.
     AdminResponse route(const HttpRequest& req);
@@ -60,8 +61,7 @@ private:
     uv_tcp_t tcp_{};
     bool open_ = false;
     std::string name_;
-    AdminConnection* conns_ = nullptr;  // intrusive list of live connections
-    size_t count_ = 0;
+    IntrusiveList<AdminConnection> conns_;  // live connections
 };
 
 }  // namespace kprism

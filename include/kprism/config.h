@@ -12,6 +12,7 @@
 
 #include "kprism/address.h"
 #include "kprism/duration.h"
+#include "kprism/log.h"
 
 namespace kprism {
 
@@ -73,6 +74,8 @@ struct OptionDef {
     int64_t min = 0;  // for integers (value) and durations (milliseconds)
     int64_t max = INT64_MAX;
     std::vector<const char*> choices{};  // for strings with a fixed set of values
+    // Applied by a reload (SIGHUP); when false, a changed value is logged and waits for a restart.
+    bool reloadable = true;
 };
 
 const std::vector<OptionDef>& options();
@@ -80,13 +83,24 @@ const std::vector<OptionDef>& options();
 struct Endpoint {
     HostPort addr;
     std::string zone;
+    // TLS server name (SNI, and the name verified in the apiserver's certificate): the endpoint's
+    // own server_name, else health.server_name; empty: the endpoint's host (Upstream::tls_name()).
     std::string server_name;
     std::string origin;  // where it was configured, for error messages
 };
 
+// The settings with a fixed set of values, decided once by validation; nothing compares their
+// strings afterwards.
+enum class FailMode { open, closed };
+enum class PolicyKind { random, least_connections, latency };
+
 // Validated configuration. Built only by load_config(); never modified afterwards.
 struct Config {
     Settings s;
+    FailMode fail_mode = FailMode::open;             // s.fail_mode
+    PolicyKind policy = PolicyKind::random;          // s.policy
+    log::Level log_level = log::Level::info;         // s.log_level
+    log::Format log_format = log::Format::logfmt;    // s.log_format
     std::vector<Endpoint> endpoints;
     std::vector<sockaddr_storage> listen;     // bind_address x bind_port
     sockaddr_storage admin{};                 // health_bind_address:health_port
@@ -95,13 +109,18 @@ struct Config {
 };
 
 // status: ask a running kprism for its upstreams (status_cmd.h); reads health.* only, no validation.
-enum class Command { run, check, status, version, help };
+// reload: make a running kprism re-read its file and report the outcome (reload_cmd.h); the same.
+enum class Command { run, check, status, reload, version, help };
 
 struct CommandLine {
     Command command = Command::run;
     std::string config_file;
     // flag name -> value, in the order given; applied over the file
     std::vector<std::pair<const OptionDef*, std::string>> flags;
+    // `kprism reload` only: --pid (the daemon's pid must be this one; 0: not given) and --timeout
+    // (how long to wait for the outcome).
+    int64_t reload_pid = 0;
+    Duration reload_timeout{30000};
 };
 
 // Parses argv. Returns false with one message per error in `errors`.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kprism/policy.h"
+#include "kprism/upstream.h"
 
 namespace kprism {
 
@@ -33,7 +34,7 @@ public:
     bool splicing() const { return state_ == State::splicing; }
     Upstream* upstream() const { return up_; }
 
-    // Intrusive list of live connections, owned by the Server.
+    // Links of the Server's list of live connections (IntrusiveList).
     Connection* prev = nullptr;
     Connection* next = nullptr;
 
@@ -57,8 +58,10 @@ private:
     explicit Connection(Server& srv);
     ~Connection();
 
+    Upstream* pick(uint64_t now);
     void start_attempt();
-    void attempt_failed(const char* reason, bool upstream_fault);
+    // `reason` is the text for logs; `why` is what the bookkeeping counts.
+    void attempt_failed(ConnectFailure why, const char* reason, bool upstream_fault);
     void start_splicing();
     void forward(Side& from, Side& to);
     bool queue_write(Side& to, uv_buf_t b);
@@ -68,7 +71,7 @@ private:
     void answered();
     void keep_first_flight(const char* p, size_t n);
     static constexpr size_t kMaxFirstFlight = 16 * 1024;
-    bool try_replay(const char* why);
+    bool try_replay(ConnectFailure why, const char* reason);
     Side& side_of(uv_handle_t* h) { return reinterpret_cast<uv_tcp_t*>(h) == &client_.tcp ? client_ : upstream_; }
     Side& other(Side& s) { return &s == &client_ ? upstream_ : client_; }
     void handle_closed();

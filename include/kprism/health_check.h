@@ -13,14 +13,14 @@
 
 namespace kprism {
 
-class Server;
+class ControlPlane;
 
-// Owned by the Server (one per upstream). Its handles are closed by close(); the memory is
-// released with the Server after the loop has stopped. Each probe opens a new TCP connection so
+// Owned by the ControlPlane (one per upstream). Its handles are closed by close(); the memory is
+// released with the ControlPlane after the loop has stopped. Each probe opens a new TCP connection so
 // a firewall that drops new connections shows up; TLS sessions are resumed to keep probes cheap.
 class HealthChecker {
 public:
-    HealthChecker(Server& srv, Upstream& u);
+    HealthChecker(ControlPlane& cp, Upstream& u);
     ~HealthChecker();
     HealthChecker(const HealthChecker&) = delete;
     HealthChecker& operator=(const HealthChecker&) = delete;
@@ -54,7 +54,7 @@ private:
     static void on_write(uv_write_t* req, int status);
     static void on_tcp_closed(uv_handle_t* h);
 
-    Server& srv_;
+    ControlPlane& cp_;
     Upstream& up_;
     uv_timer_t timer_{};     // next probe
     uv_timer_t deadline_{};  // timeout of the running probe

@@ -15,6 +15,7 @@ namespace kprism {
 // only while the Server is (take, render and drop it within one callback).
 struct Snapshot {
     std::string version;
+    int64_t pid = 0;  // the daemon's process id
     Stats stats;
     uint64_t connections_active = 0;
     bool fail_open = false;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string_view>
 
+#include "kprism/config.h"
 #include "kprism/upstream.h"
 
 namespace kprism {
@@ -18,12 +19,14 @@ public:
     virtual const char* name() const = 0;
 };
 
-// "random", "least-connections", "latency"; nullptr if unknown.
-std::unique_ptr<Policy> make_policy(std::string_view name);
+std::unique_ptr<Policy> make_policy(PolicyKind kind);
+// The policy names of the configuration ("random", "least-connections", "latency").
+const char* policy_name(PolicyKind kind);
+bool parse_policy(std::string_view name, PolicyKind& out);
 
-// Bit i set = upstream i already tried by this connection. Endpoint lists hold at most 64.
+// Bit i set = upstream i already tried by this connection (one bit per slot of kMaxUpstreams).
 using TriedSet = uint64_t;
-constexpr size_t kMaxUpstreams = 64;
+static_assert(kMaxUpstreams <= 64, "TriedSet holds one bit per upstream slot");
 
 // Picks the next upstream for a connection:
 //  1. an untried upstream that is up, preferring the node's zone while any up upstream is there;

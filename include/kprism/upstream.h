@@ -17,6 +17,10 @@
 
 namespace kprism {
 
+// Upstream slots: configured endpoints plus removed ones still draining (validation allows as
+// many endpoints; a connection remembers the ones it tried in a 64-bit mask, policy.h).
+constexpr size_t kMaxUpstreams = 64;
+
 // The outcome classes of one readiness check.
 enum class CheckResult { ready, not_ready, timeout, connect_failed, tls_failed, unauthorized };
 const char* result_name(CheckResult r);
@@ -25,20 +29,39 @@ const char* result_name(CheckResult r);
 enum class Health { unknown, up, down };
 const char* health_name(Health h);
 
-// Why a client connection's attempt on an upstream failed (a passive failure), for metrics.
+// Why a client connection's attempt on an upstream failed (a passive failure), decided where it
+// happened - from the libuv error or the connection's own timers - and carried as this type to
+// the bookkeeping. Metric labels and check result classes come from it, never from a message.
+enum class ConnectFailure {
+    refused,      // ECONNREFUSED: nothing listens
+    timeout,      // connect_timeout, or the kernel's ETIMEDOUT
+    unreachable,  // EHOSTUNREACH, ENETUNREACH
+    reset,        // ECONNRESET during the connect
+    no_response,  // connected, the client sent its first bytes, and nothing came back in time
+    hung_up,      // connected, then closed or reset before sending anything
+    other,
+};
+ConnectFailure connect_failure_from_uv(int uv_status);
+const char* connect_failure_name(ConnectFailure f);  // for log lines: "refused", "no_response", ...
+
+// The label set of kprism_upstream_connect_errors_total{reason=...}: kept small and stable.
 enum class ConnectError { refused, timeout, no_response, other };
 constexpr size_t kConnectErrors = 4;
 const char* connect_error_name(ConnectError e);
-// From the reason a passive failure is recorded with ("connection refused", "connect timeout",
-// "no response", "closed before answering", ...).
-ConnectError classify_connect_error(std::string_view reason);
+ConnectError connect_error_of(ConnectFailure f);
+// How a passive failure counts among the check results: silence is a timeout, the rest a
+// failed connect.
+CheckResult check_result_of(ConnectFailure f);
 
 struct Upstream {
     size_t index = 0;
     HostPort addr;
     std::string name;  // addr.str(), for logs
     std::string zone;
-    std::string server_name;  // SNI / verified name; empty: addr.host
+    std::string server_name;  // Endpoint::server_name: configured TLS name, or empty
+    // The name for SNI and certificate verification, and the probe's Host header.
+    const std::string& tls_name() const { return server_name.empty() ? addr.host : server_name; }
+    std::string host_header() const { return server_name.empty() ? name : server_name; }
 
     // Address to connect to; for hostnames filled by the resolver.
     sockaddr_storage sa{};
@@ -109,8 +132,8 @@ public:
     // Called after an upstream's health changed (old value given).
     std::function<void(Upstream&, Health)> on_change;
 
-    // Passive signals from the data path. `reason` is logged on a state change only.
-    void connect_failed(Upstream& u, const char* reason, uint64_t now);
+    // Passive signals from the data path. `detail` is logged on a state change only.
+    void connect_failed(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t now);
     void connect_succeeded(Upstream& u);
 
     // Applies one check result with rise/fall. `explicit_down` marks the apiserver's own verdict

@@ -23,7 +23,7 @@ TEST(Upstream, RefusedIsRetriedOnAnother) {
     for (int i = 0; i < 30; ++i) EXPECT_TRUE(echo_ok(k.port)) << i;
     EXPECT_EQ(k.stat("client_failures"), 0);
     EXPECT_TRUE(k.wait_output("msg=\"upstream connect failed\""));
-    EXPECT_TRUE(k.wait_output("reason=\"connection refused\""));
+    EXPECT_TRUE(k.wait_output("reason=refused error=\"connection refused\""));
 }
 
 TEST(Upstream, AllDownClosesClientPromptly) {
@@ -58,7 +58,7 @@ TEST(Upstream, ConnectTimeoutIsRetriedOnAnother) {
     Kprism k({hung.endpoint(), good.endpoint()}, {"--connect-timeout", "300ms", "--policy", "least-connections"});
     for (int i = 0; i < 6; ++i) EXPECT_TRUE(echo_ok(k.port)) << i;
     EXPECT_EQ(k.stat("client_failures"), 0);
-    EXPECT_TRUE(k.wait_output("reason=\"connect timeout\""));
+    EXPECT_TRUE(k.wait_output("reason=timeout error=\"connect timeout\""));
     for (int fd : fillers) ::close(fd);
 }
 

@@ -240,15 +240,44 @@ TEST(Metrics, HistogramBucketsAreCumulative) {
     EXPECT_EQ(prev, 7u);
 }
 
-TEST(Metrics, ConnectErrorReasons) {
-    EXPECT_EQ(classify_connect_error("connection refused"), ConnectError::refused);
-    EXPECT_EQ(classify_connect_error("connect timeout"), ConnectError::timeout);
-    EXPECT_EQ(classify_connect_error("connection timed out"), ConnectError::timeout);
-    EXPECT_EQ(classify_connect_error("no response"), ConnectError::no_response);
-    EXPECT_EQ(classify_connect_error("closed before answering"), ConnectError::no_response);
-    EXPECT_EQ(classify_connect_error("reset before answering"), ConnectError::no_response);
-    EXPECT_EQ(classify_connect_error("host is unreachable"), ConnectError::other);
-    EXPECT_STREQ(connect_error_name(ConnectError::no_response), "no_response");
+// Each reason a failure travels with is pinned to its metric label and check result class: the
+// log wording around it cannot move a metric.
+TEST(Metrics, ConnectFailureReasonsPinnedToLabels) {
+    struct Row {
+        ConnectFailure why;
+        const char* name;
+        const char* label;
+        CheckResult result;
+    };
+    const Row rows[] = {
+        {ConnectFailure::refused, "refused", "refused", CheckResult::connect_failed},
+        {ConnectFailure::timeout, "timeout", "timeout", CheckResult::timeout},
+        {ConnectFailure::unreachable, "unreachable", "other", CheckResult::connect_failed},
+        {ConnectFailure::reset, "reset", "other", CheckResult::connect_failed},
+        {ConnectFailure::no_response, "no_response", "no_response", CheckResult::timeout},
+        {ConnectFailure::hung_up, "hung_up", "no_response", CheckResult::connect_failed},
+        {ConnectFailure::other, "other", "other", CheckResult::connect_failed},
+    };
+    for (const Row& r : rows) {
+        EXPECT_STREQ(connect_failure_name(r.why), r.name);
+        EXPECT_STREQ(connect_error_name(connect_error_of(r.why)), r.label) << r.name;
+        EXPECT_EQ(check_result_of(r.why), r.result) << r.name;
+    }
+    EXPECT_EQ(connect_failure_from_uv(UV_ECONNREFUSED), ConnectFailure::refused);
+    EXPECT_EQ(connect_failure_from_uv(UV_ETIMEDOUT), ConnectFailure::timeout);
+    EXPECT_EQ(connect_failure_from_uv(UV_EHOSTUNREACH), ConnectFailure::unreachable);
+    EXPECT_EQ(connect_failure_from_uv(UV_ENETUNREACH), ConnectFailure::unreachable);
+    EXPECT_EQ(connect_failure_from_uv(UV_ECONNRESET), ConnectFailure::reset);
+    EXPECT_EQ(connect_failure_from_uv(UV_EPIPE), ConnectFailure::other);
+}
+
+TEST(Metrics, CheckResultsPinnedToLabels) {
+    const std::pair<CheckResult, const char*> rows[] = {
+        {CheckResult::ready, "ready"},         {CheckResult::not_ready, "not_ready"},
+        {CheckResult::timeout, "timeout"},     {CheckResult::connect_failed, "connect_failed"},
+        {CheckResult::tls_failed, "tls_failed"}, {CheckResult::unauthorized, "unauthorized"},
+    };
+    for (const auto& [r, label] : rows) EXPECT_STREQ(result_name(r), label);
 }
 
 TEST(Metrics, PassiveFailuresAndTransitionsAreCounted) {
@@ -257,9 +286,9 @@ TEST(Metrics, PassiveFailuresAndTransitionsAreCounted) {
     ASSERT_TRUE(parse_host_port("10.0.0.1:6443", hp, nullptr));
     pool.add(hp);
     Upstream& u = pool[0];
-    pool.connect_failed(u, "connection refused", 1000);
-    pool.connect_failed(u, "connection refused", 1001);  // in backoff: still counted by reason
-    pool.connect_failed(u, "no response", 5000);
+    pool.connect_failed(u, ConnectFailure::refused, "connection refused", 1000);
+    pool.connect_failed(u, ConnectFailure::refused, "connection refused", 1001);  // in backoff: still counted
+    pool.connect_failed(u, ConnectFailure::no_response, "no response", 5000);
     EXPECT_EQ(u.connect_errors[static_cast<size_t>(ConnectError::refused)], 2u);
     EXPECT_EQ(u.connect_errors[static_cast<size_t>(ConnectError::no_response)], 1u);
     EXPECT_EQ(u.last_change_unix, 0);

@@ -42,19 +42,36 @@ protected:
         return hits;
     }
     UpstreamPool pool;
-    std::unique_ptr<Policy> random = make_policy("random");
-    std::unique_ptr<Policy> least = make_policy("least-connections");
+    std::unique_ptr<Policy> random = make_policy(PolicyKind::random);
+    std::unique_ptr<Policy> least = make_policy(PolicyKind::least_connections);
 };
 
 TEST(MakePolicy, Names) {
     for (const char* name : {"random", "least-connections", "latency"}) {
-        auto p = make_policy(name);
+        PolicyKind k;
+        ASSERT_TRUE(parse_policy(name, k)) << name;
+        auto p = make_policy(k);
         ASSERT_NE(p, nullptr) << name;
         EXPECT_STREQ(p->name(), name);
+        EXPECT_STREQ(policy_name(k), name);
     }
-    EXPECT_EQ(make_policy("round-robin"), nullptr);
-    EXPECT_EQ(make_policy(""), nullptr);
-    EXPECT_EQ(make_policy("Random"), nullptr);
+    PolicyKind k = PolicyKind::latency;
+    EXPECT_FALSE(parse_policy("round-robin", k));
+    EXPECT_FALSE(parse_policy("", k));
+    EXPECT_FALSE(parse_policy("Random", k));
+    EXPECT_EQ(k, PolicyKind::latency);  // untouched on failure
+}
+
+// Every choice the configuration accepts for `policy` names a policy.
+TEST(MakePolicy, EveryConfigChoiceParses) {
+    for (const auto& o : options()) {
+        if (std::string_view(o.key) != "policy") continue;
+        ASSERT_FALSE(o.choices.empty());
+        for (const char* c : o.choices) {
+            PolicyKind k;
+            EXPECT_TRUE(parse_policy(c, k)) << c;
+        }
+    }
 }
 
 TEST_F(PickTest, PoolAdd) {
@@ -266,7 +283,7 @@ TEST_F(PickTest, RandomDistributesAcrossAvailableOnly) {
 }
 
 TEST_F(PickTest, LatencyPicksWithinFastTier) {
-    auto latency = make_policy("latency");
+    auto latency = make_policy(PolicyKind::latency);
     pool[0].fast_tier = true;
     pool[0].rtt_ms = 1.0;
     pool[1].fast_tier = false;
@@ -329,7 +346,7 @@ protected:
 
 TEST_F(BackoffTest, FirstFailure) {
     Upstream& u = pool[0];
-    pool.connect_failed(u, "refused", kNow);
+    pool.connect_failed(u, ConnectFailure::refused, "connection refused", kNow);
     EXPECT_EQ(u.consecutive_failures, 1u);
     EXPECT_EQ(u.connect_failures, 1u);
     EXPECT_EQ(u.backoff_ms, UpstreamPool::kBackoffMinMs);
@@ -346,7 +363,7 @@ TEST_F(BackoffTest, FirstFailureJitterRange) {
     for (int i = 0; i < 500; ++i) {
         Upstream& u = pool[0];
         pool.connect_succeeded(u);
-        pool.connect_failed(u, "refused", kNow);
+        pool.connect_failed(u, ConnectFailure::refused, "connection refused", kNow);
         uint64_t wait = u.retry_at_ms - kNow;
         ASSERT_GE(wait, 800u);
         ASSERT_LE(wait, 1200u);
@@ -362,7 +379,7 @@ TEST_F(BackoffTest, DoublesUpToCap) {
     const uint64_t expect[] = {1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000};
     uint64_t now = kNow;
     for (size_t i = 0; i < std::size(expect); ++i) {
-        pool.connect_failed(u, "timeout", now);
+        pool.connect_failed(u, ConnectFailure::timeout, "connect timeout", now);
         SCOPED_TRACE(i);
         EXPECT_EQ(u.consecutive_failures, i + 1);
         EXPECT_EQ(u.backoff_ms, expect[i]);
@@ -379,13 +396,13 @@ TEST_F(BackoffTest, SucceededResets) {
     // (a burst of clients) do not.
     uint64_t t = kNow;
     for (int i = 0; i < 4; ++i) {
-        pool.connect_failed(u, "refused", t);
+        pool.connect_failed(u, ConnectFailure::refused, "connection refused", t);
         t = u.retry_at_ms;
     }
     EXPECT_EQ(u.backoff_ms, 8000u);
-    pool.connect_failed(u, "refused", t - 1);
+    pool.connect_failed(u, ConnectFailure::refused, "connection refused", t - 1);
     EXPECT_EQ(u.backoff_ms, 8000u);
-    pool.connect_failed(u, "refused", kNow);
+    pool.connect_failed(u, ConnectFailure::refused, "connection refused", kNow);
     pool.connect_succeeded(u);
     EXPECT_EQ(u.consecutive_failures, 0u);
     EXPECT_EQ(u.backoff_ms, 0u);
@@ -393,7 +410,7 @@ TEST_F(BackoffTest, SucceededResets) {
     EXPECT_EQ(u.connect_failures, 6u) << "lifetime counter is not reset";
     EXPECT_FALSE(u.in_backoff(kNow));
     // After a reset the next failure starts from the minimum again.
-    pool.connect_failed(u, "refused", kNow);
+    pool.connect_failed(u, ConnectFailure::refused, "connection refused", kNow);
     EXPECT_EQ(u.backoff_ms, 1000u);
     EXPECT_LE(u.retry_at_ms, kNow + 1200);
 }

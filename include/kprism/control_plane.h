@@ -1,0 +1,90 @@
+// The control plane as kprism sees it: the upstreams, their readiness checks and passive signals,
+// hostname resolution, up/down changes and what follows from them (closes on down, no-ready
+// episodes).
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kprism/config.h"
+#include "kprism/health_check.h"
+#include "kprism/tls_context.h"
+#include "kprism/upstream.h"
+
+namespace kprism {
+
+class Server;
+struct Stats;
+
+// Owned by the Server, which it reaches for the loop, the configuration in force, the live
+// connections (closes on down) and the systemd status. Its handles (resolve timer, checkers) are
+// closed by close(); their memory is released with it, after the loop has stopped.
+class ControlPlane {
+public:
+    ControlPlane(Server& srv, Stats& stats);
+    ~ControlPlane();
+    ControlPlane(const ControlPlane&) = delete;
+    ControlPlane& operator=(const ControlPlane&) = delete;
+
+    // Starts resolving hostname endpoints and checking every upstream.
+    void start();
+    // Closes the checkers and the resolve timer and cancels pending resolutions. Idempotent.
+    void close();
+    // Reload: applies endpoints, TLS files and health settings of `next` (validated, and about to
+    // be the configuration in force); each change is appended to `summary` (" key=value").
+    void reconfigure(const Config& next, std::string& summary);
+
+    uv_loop_t* loop() const;
+    const Config& config() const;
+    UpstreamPool& upstreams() { return ups_; }
+    const UpstreamPool& upstreams() const { return ups_; }
+    TlsClientContext& tls() { return *tls_; }
+
+    // Every live upstream has a verdict (or kprism has no client certificate to check with).
+    bool all_judged() const;
+    // An episode of no upstream ready is going on (failing open or closed).
+    bool failing_open() const { return failing_open_; }
+    // May a connection go to upstreams that are not up (fail-open, or nothing to check with)?
+    bool fallback_allowed() const;
+    // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
+    std::string summary() const;
+
+    // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
+    // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
+    // counted like a failed check, and a probe is started at once.
+    void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
+    // A connection to a down upstream was closed (close_on_down).
+    void note_closed_for_down();
+
+private:
+    void on_health_change(Upstream& u, Health old);
+    void close_connections_of(Upstream& u);
+    void start_checker(Upstream& u, uint64_t first_delay_ms);
+    void stop_checker(Upstream& u);
+    void reconfigure_endpoints(const Config& next, std::string& summary);
+    void resolve(Upstream& u);
+    void arm_resolve_timer(const Config& cfg);
+    static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
+    static void on_resolve_timer(uv_timer_t* t);
+
+    Server& srv_;
+    Stats& stats_;
+    UpstreamPool ups_;
+    std::unique_ptr<TlsClientContext> tls_;
+    std::vector<std::unique_ptr<HealthChecker>> checkers_;  // index = upstream index
+    // Closed (endpoint removed, or replaced) but possibly inside a pending close callback: freed
+    // with the ControlPlane.
+    std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
+    uv_timer_t resolve_timer_{};
+    bool started_ = false;
+    bool closed_ = false;
+    bool failing_open_ = false;
+};
+
+}  // namespace kprism

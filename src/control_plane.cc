@@ -1,0 +1,278 @@
+// Health bookkeeping: checkers and their results, passive failures, hostname resolution, up/down
+// changes, closes on down, no-ready episodes, and applying a reloaded endpoint list.
+#include "kprism/control_plane.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "kprism/connection.h"
+#include "kprism/log.h"
+#include "kprism/random.h"
+#include "kprism/server.h"
+
+#ifndef KPRISM_STATIC
+#define KPRISM_STATIC 0  // 1 in `make static` builds (see Makefile)
+#endif
+
+namespace kprism {
+
+ControlPlane::ControlPlane(Server& srv, Stats& stats)
+    : srv_(srv), stats_(stats) {
+    const Config& cfg = srv.config();
+    tls_ = std::make_unique<TlsClientContext>(cfg.s.client_cert, cfg.s.client_key, cfg.s.ca_file);
+    for (const auto& e : cfg.endpoints) ups_.add(e.addr, e.zone, e.server_name);
+    ups_.node_zone = cfg.s.zone;
+    ups_.policy.rise = static_cast<uint32_t>(cfg.s.health_rise);
+    ups_.policy.fall = static_cast<uint32_t>(cfg.s.health_fall);
+    ups_.on_change = [this](Upstream& u, Health old) { on_health_change(u, old); };
+}
+
+ControlPlane::~ControlPlane() = default;
+
+uv_loop_t* ControlPlane::loop() const { return srv_.loop(); }
+const Config& ControlPlane::config() const { return srv_.config(); }
+
+void ControlPlane::start() {
+    uv_timer_init(loop(), &resolve_timer_);
+    resolve_timer_.data = this;
+    started_ = true;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].addr.is_ip) resolve(ups_[i]);
+    arm_resolve_timer(config());
+    // First probes spread over up to a second (kprism restarts on many nodes at once after a
+    // rollout); after that every checker drifts on its own jittered period.
+    for (size_t i = 0; i < ups_.size(); ++i)
+        start_checker(ups_[i], random_below(std::min<uint64_t>(1000, config().s.health_interval.count())));
+}
+
+void ControlPlane::close() {
+    if (closed_) return;
+    closed_ = true;
+    for (auto& c : checkers_)
+        if (c) c->close();
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
+    if (started_) uv_close(reinterpret_cast<uv_handle_t*>(&resolve_timer_), nullptr);
+}
+
+void ControlPlane::start_checker(Upstream& u, uint64_t first_delay_ms) {
+    if (checkers_.size() <= u.index) checkers_.resize(u.index + 1);
+    stop_checker(u);
+    checkers_[u.index] = std::make_unique<HealthChecker>(*this, u);
+    checkers_[u.index]->start(first_delay_ms);
+}
+
+void ControlPlane::stop_checker(Upstream& u) {
+    if (u.index >= checkers_.size() || !checkers_[u.index]) return;
+    checkers_[u.index]->close();
+    retired_checkers_.push_back(std::move(checkers_[u.index]));
+}
+
+bool ControlPlane::all_judged() const {
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].removed && ups_[i].health == Health::unknown) return false;
+    return true;
+}
+
+bool ControlPlane::fallback_allowed() const {
+    return config().fail_mode == FailMode::open || tls_->get() == nullptr || ups_.up_count() > 0;
+}
+
+std::string ControlPlane::summary() const {
+    size_t live = 0;
+    for (size_t i = 0; i < ups_.size(); ++i) live += !ups_[i].removed;
+    size_t up = ups_.up_count();
+    std::string s = fmt::format("{}/{} upstreams ready", up, live);
+    if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
+    return s;
+}
+
+void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down) {
+    bool was_unauthorized = u.has_result && u.last_result == CheckResult::unauthorized;
+    if (r == CheckResult::unauthorized && !was_unauthorized)
+        log::error("health check unauthorized: the apiserver does not accept kprism's client certificate; this is "
+                   "a misconfiguration, not an unready apiserver",
+                   {{"upstream", u.name}, {"error", error}, {"client_cert", config().s.client_cert},
+                    {"subject", tls_->subject()}});
+    ups_.record(u, r, error, explicit_down, uv_now(loop()));
+}
+
+void ControlPlane::passive_failure(Upstream& u, ConnectFailure why, std::string_view detail,
+                                   uint64_t attempt_started_ms) {
+    uint64_t now = uv_now(loop());
+    ++stats_.connect_failures;
+    ups_.connect_failed(u, why, detail, now);
+    // Without a client certificate there are no checks, so passive failures only order the fallback.
+    // An attempt that began before the upstream's health last changed says nothing about it now:
+    // after an outage, failing open, the connects that hung on it while it was unreachable time
+    // out just after it came back up and would take it down again at once (flapping).
+    bool stale = u.last_change_ms > attempt_started_ms;
+    if (tls_->get() && u.health != Health::down && !stale)
+        ups_.record(u, check_result_of(why), fmt::format("client connection: {}", detail), false, now);
+    if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
+}
+
+void ControlPlane::note_closed_for_down() { ++stats_.closed_for_down; }
+
+// Down: spread closes of its established connections over close_spread, unless that would leave
+// nothing ready. Also the one line per no-ready episode.
+void ControlPlane::on_health_change(Upstream& u, Health old) {
+    size_t up = ups_.up_count();
+    if (u.health == Health::down && old == Health::up && config().s.close_on_down) close_connections_of(u);
+    if (up == 0 && (all_judged() || old == Health::up) && !failing_open_) {
+        failing_open_ = true;
+        ++stats_.fail_open_episodes;
+        log::error(config().fail_mode == FailMode::open
+                       ? "no upstream ready: failing open, connections go to every endpoint"
+                       : "no upstream ready: failing closed, new connections are refused",
+                   {{"upstreams", static_cast<uint64_t>(ups_.size())}});
+    } else if (up > 0 && failing_open_) {
+        failing_open_ = false;
+        log::info("an upstream is ready again: no-ready episode over", {{"upstream", u.name}});
+    }
+    srv_.health_changed();
+}
+
+void ControlPlane::close_connections_of(Upstream& u) {
+    if (ups_.up_count() == 0) {
+        log::warn("not closing connections of the down upstream: no other upstream is up",
+                  {{"upstream", u.name}, {"connections", u.active}});
+        return;
+    }
+    if (u.active == 0) return;
+    const Duration spread = config().s.close_spread;
+    log::info("closing connections of the down upstream",
+              {{"upstream", u.name}, {"connections", u.active}, {"spread", format_duration(spread)}});
+    auto spread_ms = static_cast<uint64_t>(spread.count());
+    srv_.connections().for_each([&](Connection* c) {
+        if (c->upstream() == &u && c->splicing()) c->close_later_for_down(spread_ms ? random_below(spread_ms) : 0);
+    });
+}
+
+void ControlPlane::reconfigure(const Config& next, std::string& summary) {
+    reconfigure_endpoints(next, summary);
+    const Settings& now = config().s;
+    if (next.s.client_cert != now.client_cert || next.s.client_key != now.client_key || next.s.ca_file != now.ca_file) {
+        tls_ = std::make_unique<TlsClientContext>(next.s.client_cert, next.s.client_key, next.s.ca_file);
+        summary += " tls_files=changed";
+    } else {
+        tls_->reread();  // SIGHUP also re-reads the certificates
+    }
+    ups_.node_zone = next.s.zone;
+    ups_.policy.rise = static_cast<uint32_t>(next.s.health_rise);
+    ups_.policy.fall = static_cast<uint32_t>(next.s.health_fall);
+}
+
+// Endpoints kept stay as they are (state, connections); new ones are checked at once; removed
+// ones take no new connections and their connections drain for up to drain_timeout.
+void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summary) {
+    std::vector<bool> keep(ups_.size(), false);
+    for (const auto& e : next.endpoints) {
+        if (Upstream* u = ups_.find(e.addr)) {
+            keep[u->index] = true;
+            u->zone = e.zone;
+            u->server_name = e.server_name;
+        }
+    }
+    auto drain = static_cast<uint64_t>(next.s.drain_timeout.count());
+    for (size_t i = 0; i < keep.size(); ++i) {
+        Upstream& u = ups_[i];
+        if (keep[i] || u.removed) continue;
+        u.removed = true;
+        summary += " endpoint_removed=" + u.name;
+        log::info("endpoint removed; its connections drain", {{"upstream", u.name}, {"connections", u.active},
+                                                             {"drain_timeout", format_duration(next.s.drain_timeout)}});
+        stop_checker(u);
+        srv_.connections().for_each([&](Connection* c) {
+            if (c->upstream() == &u) c->close_later_for_removal(drain);
+        });
+    }
+    for (const auto& e : next.endpoints) {
+        if (ups_.find(e.addr)) continue;
+        Upstream* u = ups_.add(e.addr, e.zone, e.server_name);
+        if (!u) {  // validation caps endpoints at kMaxUpstreams, but removed ones may still hold slots
+            log::error("endpoint not added: every slot is held by a draining endpoint", {{"upstream", e.addr.str()}});
+            continue;
+        }
+        summary += " endpoint_added=" + u->name;
+        log::info("endpoint added", {{"upstream", u->name}});
+        if (!u->addr.is_ip) resolve(*u);
+        start_checker(*u, random_below(200));
+    }
+    arm_resolve_timer(next);
+}
+
+// Re-resolution runs only while some endpoint is a hostname, every resolve_interval.
+void ControlPlane::arm_resolve_timer(const Config& cfg) {
+    bool any_hostname = false;
+    for (size_t i = 0; i < ups_.size(); ++i) any_hostname = any_hostname || (!ups_[i].removed && !ups_[i].addr.is_ip);
+    if (!any_hostname) {
+        uv_timer_stop(&resolve_timer_);
+        return;
+    }
+    auto every = static_cast<uint64_t>(cfg.s.resolve_interval.count());
+    if (uv_is_active(reinterpret_cast<uv_handle_t*>(&resolve_timer_)) && uv_timer_get_repeat(&resolve_timer_) == every)
+        return;
+    uv_timer_start(&resolve_timer_, on_resolve_timer, every, every);
+}
+
+void ControlPlane::on_resolve_timer(uv_timer_t* t) {
+    auto* self = static_cast<ControlPlane*>(t->data);
+    for (size_t i = 0; i < self->ups_.size(); ++i)
+        if (!self->ups_[i].addr.is_ip && !self->ups_[i].removed) self->resolve(self->ups_[i]);
+}
+
+void ControlPlane::resolve(Upstream& u) {
+#if KPRISM_STATIC
+    // Static build: validation rejects hostname endpoints, so this is never reached, and
+    // uv_getaddrinfo (glibc getaddrinfo, which needs NSS modules) is not linked in at all.
+    log::error("cannot resolve endpoint: this static build cannot resolve names", {{"upstream", u.name}});
+}
+#else
+    if (u.resolving) return;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    u.resolve_req.data = this;
+    if (int r = uv_getaddrinfo(loop(), &u.resolve_req, on_resolved, u.addr.host.c_str(), nullptr, &hints); r != 0) {
+        log::warn("cannot resolve endpoint", {{"upstream", u.name}, {"error", uv_strerror(r)}});
+        return;
+    }
+    u.resolving = true;
+}
+
+void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res) {
+    auto* self = static_cast<ControlPlane*>(req->data);
+    Upstream* u = nullptr;
+    for (size_t i = 0; i < self->ups_.size(); ++i)
+        if (&self->ups_[i].resolve_req == req) u = &self->ups_[i];
+    u->resolving = false;
+    if (status == UV_ECANCELED || self->closed_) {
+        uv_freeaddrinfo(res);
+        return;
+    }
+    if (status != 0 || !res) {
+        // DNS may come up after kprism: warn once, keep the other upstreams, retry on the timer.
+        if (!u->resolve_failed_logged)
+            log::warn("cannot resolve endpoint; will retry",
+                      {{"upstream", u->name}, {"error", uv_strerror(status)},
+                       {"retry_in", format_duration(self->config().s.resolve_interval)}});
+        u->resolve_failed_logged = true;
+        uv_freeaddrinfo(res);
+        return;
+    }
+    sockaddr_storage ss{};
+    std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(u->addr.port);  // same offset for v6
+    std::string now = sockaddr_str(ss);
+    if (!u->resolved || sockaddr_str(u->sa) != now)
+        log::info("endpoint resolved", {{"upstream", u->name}, {"address", now}});
+    u->sa = ss;
+    u->resolved = true;
+    u->resolve_failed_logged = false;
+    uv_freeaddrinfo(res);
+}
+#endif  // KPRISM_STATIC
+
+}  // namespace kprism
