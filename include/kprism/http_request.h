@@ -1,4 +1,9 @@
 // Bounded parser of one HTTP/1.x request head, for the admin endpoint; clients are untrusted.
+//
+// Hand-written on purpose, like the response parser (http_response.h): Debian 12 has no maintained
+// C HTTP parser package (libhttp-parser-dev is nodejs/http-parser 2.9, archived upstream; llhttp is
+// not packaged), and these two are small, bounded in every dimension and fuzzed
+// (tests/fuzz/admin_request_fuzz.cc, readyz_fuzz.cc).
 #pragma once
 
 #include <cstddef>
