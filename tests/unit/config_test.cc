@@ -807,5 +807,46 @@ TEST(EditDistance, Values) {
     EXPECT_EQ(edit_distance("same", "same"), 0u);
 }
 
+// The settings with a fixed set of values arrive as enums; every choice the schema offers maps.
+TEST(Config, ChoicesAreDecidedOnceIntoEnums) {
+    Config c = load_ok(kEp);
+    EXPECT_EQ(c.fail_mode, FailMode::open);
+    EXPECT_EQ(c.policy, PolicyKind::random);
+    EXPECT_EQ(c.log_level, log::Level::info);
+    EXPECT_EQ(c.log_format, log::Format::logfmt);
+    c = load_ok(std::string(kEp) + "fail_mode = \"fail-closed\"\npolicy = \"latency\"\n[log]\nlevel = \"warn\"\nformat = \"json\"\n");
+    EXPECT_EQ(c.fail_mode, FailMode::closed);
+    EXPECT_EQ(c.policy, PolicyKind::latency);
+    EXPECT_EQ(c.log_level, log::Level::warn);
+    EXPECT_EQ(c.log_format, log::Format::json);
+    EXPECT_EQ(load_ok(kEp, {"--policy=least-connections"}).policy, PolicyKind::least_connections);
+    EXPECT_EQ(load_ok(kEp, {"--log-level=debug"}).log_level, log::Level::debug);
+    EXPECT_EQ(load_ok(kEp, {"--log-level=error"}).log_level, log::Level::error);
+}
+
+// Only the admin address waits for a restart; a reload applies everything else.
+TEST(Config, ReloadableColumn) {
+    std::vector<std::string> restart_only;
+    for (const auto& o : options())
+        if (!o.reloadable) restart_only.push_back(o.key);
+    EXPECT_EQ(restart_only, (std::vector<std::string>{"health.bind_address", "health.port"}));
+}
+
+// One rule for the TLS server name: the endpoint's own, else health.server_name, else empty (the
+// host, see Upstream::tls_name()).
+TEST(Config, EffectiveServerName) {
+    Config c = load_ok(R"(endpoints = [{ address = "10.0.0.1:6443", server_name = "api-a" }, "10.0.0.2:6443"]
+)");
+    ASSERT_EQ(c.endpoints.size(), 2u);
+    EXPECT_EQ(c.endpoints[0].server_name, "api-a");
+    EXPECT_EQ(c.endpoints[1].server_name, "");
+    c = load_ok(R"(endpoints = [{ address = "10.0.0.1:6443", server_name = "api-a" }, "10.0.0.2:6443"]
+[health]
+server_name = "kubernetes"
+)");
+    EXPECT_EQ(c.endpoints[0].server_name, "api-a");
+    EXPECT_EQ(c.endpoints[1].server_name, "kubernetes");
+}
+
 }  // namespace
 }  // namespace kprism
