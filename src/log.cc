@@ -39,8 +39,12 @@ void append_escaped(std::string& out, std::string_view v) {
     }
 }
 
-void append_value(std::string& out, std::string_view v, bool json) {
-    if (json || needs_quotes(v)) {
+// `bare`: a number or boolean, written as it is in both formats (its text is digits, '-', "true"
+// or "false", never anything to escape).
+void append_value(std::string& out, std::string_view v, bool json, bool bare) {
+    if (bare) {
+        out += v;
+    } else if (json || needs_quotes(v)) {
         out += '"';
         append_escaped(out, v);
         out += '"';
@@ -61,8 +65,8 @@ std::string timestamp() {
 
 }  // namespace
 
-Field::Field(std::string_view k, int64_t v) : key(k), value(fmt::format("{}", v)) {}
-Field::Field(std::string_view k, uint64_t v) : key(k), value(fmt::format("{}", v)) {}
+Field::Field(std::string_view k, int64_t v) : key(k), value(fmt::format("{}", v)), kind(Kind::number) {}
+Field::Field(std::string_view k, uint64_t v) : key(k), value(fmt::format("{}", v)), kind(Kind::number) {}
 
 void set_level(Level level) { g_level = level; }
 void set_format(Format format) { g_format = format; }
@@ -98,7 +102,7 @@ std::string render(Level level, std::string_view msg, std::initializer_list<Fiel
     const bool json = g_format == Format::json;
     std::string line;
     line.reserve(128);
-    auto field = [&](std::string_view k, std::string_view v) {
+    auto field = [&](std::string_view k, std::string_view v, bool bare = false) {
         if (json) {
             if (line.size() > 1) line += ',';
             line += '"';
@@ -109,13 +113,13 @@ std::string render(Level level, std::string_view msg, std::initializer_list<Fiel
             line += k;
             line += '=';
         }
-        append_value(line, v, json);
+        append_value(line, v, json, bare);
     };
     if (json) line += '{';
     field("ts", timestamp());
     field("level", level_name(level));
     field("msg", msg);
-    for (const auto& f : fields) field(f.key, f.value);
+    for (const auto& f : fields) field(f.key, f.value, f.kind != Field::Kind::string);
     if (json) line += '}';
     return line;
 }

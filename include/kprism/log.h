@@ -11,10 +11,14 @@ namespace kprism::log {
 enum class Level { debug = 0, info = 1, warn = 2, error = 3 };
 enum class Format { logfmt, json };
 
-// A key and an already formatted value. Keys are fixed identifiers; values are escaped on output.
+// A key, an already formatted value and what kind of value it was. Keys are fixed identifiers;
+// string values are escaped on output. In JSON lines numbers and booleans keep their type
+// ("pid":1119, "notified_systemd":false) and strings are JSON strings; logfmt writes all alike.
 struct Field {
+    enum class Kind { string, number, boolean };
     std::string_view key;
     std::string value;
+    Kind kind = Kind::string;
     Field(std::string_view k, std::string_view v) : key(k), value(v) {}
     Field(std::string_view k, const char* v) : key(k), value(v) {}
     Field(std::string_view k, const std::string& v) : key(k), value(v) {}
@@ -24,7 +28,7 @@ struct Field {
     Field(std::string_view k, unsigned v) : Field(k, static_cast<uint64_t>(v)) {}
     Field(std::string_view k, long long v) : Field(k, static_cast<int64_t>(v)) {}
     Field(std::string_view k, unsigned long long v) : Field(k, static_cast<uint64_t>(v)) {}
-    Field(std::string_view k, bool v) : key(k), value(v ? "true" : "false") {}
+    Field(std::string_view k, bool v) : key(k), value(v ? "true" : "false"), kind(Kind::boolean) {}
 };
 
 void set_level(Level level);

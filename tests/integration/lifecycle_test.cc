@@ -12,6 +12,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "harness/harness.h"
 
 using namespace it;
@@ -135,7 +137,7 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
          "unknown flag --endpoint (did you mean 'endpoints'?)"},
         {"unknown flag, far", {kEp, ep, "--frobnicate"}, "", 1, "unknown flag --frobnicate"},
         {"stray argument", {kEp, ep, "extra"}, "", 1,
-         "unexpected argument 'extra' (commands: run, check, status; see --help)"},
+         "unexpected argument 'extra' (commands: run, check, status, reload; see --help)"},
         {"single-dash flag", {kEp, ep, "-x"}, "", 1, "unexpected argument '-x'"},
         {"flag missing its value", {kEp, ep, "--health-interval"}, "", 1, "--health-interval: missing value"},
         {"--config missing its value", {kEp, ep, "--config"}, "", 1, "--config: missing value"},
@@ -400,4 +402,45 @@ TEST(Lifecycle, VersionAndHelp) {
     auto h = run({kprism_bin(), "--help"});
     EXPECT_EQ(h.code, 0);
     EXPECT_NE(h.output.find("--endpoints"), std::string::npos);
+}
+
+// --log-format json: every line is a JSON object whose numbers and booleans are JSON numbers and
+// booleans ("pid":1119, "connections":0, "notified_systemd":false) and whose strings are strings.
+TEST(Lifecycle, JsonLogLinesKeepValueTypes) {
+    TcpServer up(TcpServer::echo);
+    Process k({kprism_bin(), "--endpoints", up.endpoint(), "--bind-port", std::to_string(free_port()), "--health-port",
+               std::to_string(free_port()), "--log-format", "json", "--drain-timeout", "200ms"});
+    ASSERT_TRUE(k.wait_output("\"msg\":\"ready\"")) << k.output();
+    k.signal(SIGTERM);
+    ASSERT_EQ(k.wait(5000ms), 0) << k.output();
+    std::string out = k.output();
+    size_t lines = 0;
+    bool saw_pid = false, saw_bool = false, saw_count = false;
+    for (size_t at = 0, nl; (nl = out.find('\n', at)) != std::string::npos; at = nl + 1) {
+        std::string line = out.substr(at, nl - at);
+        nlohmann::json j;
+        ASSERT_NO_THROW(j = nlohmann::json::parse(line)) << line;
+        ASSERT_TRUE(j.is_object()) << line;
+        ++lines;
+        EXPECT_TRUE(j["ts"].is_string() && j["level"].is_string() && j["msg"].is_string()) << line;
+        if (j["msg"] == "kprism starting") {
+            ASSERT_TRUE(j["pid"].is_number_integer()) << line;
+            EXPECT_EQ(j["pid"].get<int>(), k.pid());
+            EXPECT_TRUE(j["version"].is_string()) << line;
+            saw_pid = true;
+        }
+        if (j["msg"] == "ready") {
+            ASSERT_TRUE(j["notified_systemd"].is_boolean()) << line;
+            EXPECT_FALSE(j["notified_systemd"].get<bool>());
+            EXPECT_TRUE(j["status"].is_string()) << line;
+            saw_bool = true;
+        }
+        if (j["msg"] == "started") {
+            EXPECT_TRUE(j["max_connections"].is_number_integer()) << line;
+            EXPECT_TRUE(j["upstreams"].is_string()) << line;
+            saw_count = true;
+        }
+    }
+    EXPECT_GE(lines, 4u) << out;
+    EXPECT_TRUE(saw_pid && saw_bool && saw_count) << out;
 }

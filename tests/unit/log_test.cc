@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cctype>
 #include <string>
 
@@ -123,7 +125,50 @@ TEST_F(LogTest, LogfmtNumbers) {
 TEST_F(LogTest, JsonPlain) {
     set_format(Format::json);
     std::string l = render(Level::info, "started", {{"port", 7445}, {"name", "kprism"}});
-    EXPECT_EQ(strip_ts_json(l), R"({"level":"info","msg":"started","port":"7445","name":"kprism"})");
+    EXPECT_EQ(strip_ts_json(l), R"({"level":"info","msg":"started","port":7445,"name":"kprism"})");
+}
+
+// Numbers and booleans keep their JSON types; strings stay strings, also when they look like a
+// number; logfmt writes them all alike.
+TEST_F(LogTest, JsonKeepsValueTypes) {
+    set_format(Format::json);
+    std::string l = render(Level::info, "ready",
+                           {{"pid", 1119}, {"connections", uint64_t{0}}, {"notified_systemd", false}, {"ok", true},
+                            {"delta", int64_t{-5}}, {"big", uint64_t{18446744073709551615ULL}}, {"status", "2/3 upstreams ready"},
+                            {"digits", "7445"}, {"word", std::string("true")}});
+    EXPECT_EQ(strip_ts_json(l),
+              R"({"level":"info","msg":"ready","pid":1119,"connections":0,"notified_systemd":false,"ok":true,)"
+              R"("delta":-5,"big":18446744073709551615,"status":"2/3 upstreams ready","digits":"7445","word":"true"})");
+    nlohmann::json j = nlohmann::json::parse(l);
+    EXPECT_TRUE(j["ts"].is_string());
+    EXPECT_EQ(j["level"], "info");
+    EXPECT_TRUE(j["pid"].is_number_integer());
+    EXPECT_EQ(j["pid"].get<int>(), 1119);
+    EXPECT_TRUE(j["connections"].is_number_integer());
+    EXPECT_EQ(j["connections"].get<int>(), 0);
+    EXPECT_TRUE(j["notified_systemd"].is_boolean());
+    EXPECT_FALSE(j["notified_systemd"].get<bool>());
+    EXPECT_TRUE(j["ok"].get<bool>());
+    EXPECT_EQ(j["delta"].get<int64_t>(), -5);
+    EXPECT_EQ(j["big"].get<uint64_t>(), 18446744073709551615ULL);
+    EXPECT_TRUE(j["status"].is_string());
+    EXPECT_TRUE(j["digits"].is_string());
+    EXPECT_EQ(j["digits"], "7445");
+    EXPECT_TRUE(j["word"].is_string());
+    set_format(Format::logfmt);
+    EXPECT_EQ(strip_ts_logfmt(render(Level::info, "ready", {{"pid", 1119}, {"notified_systemd", false}, {"digits", "7445"}})),
+              "level=info msg=ready pid=1119 notified_systemd=false digits=7445");
+}
+
+// Every line the daemon can write parses with nlohmann, whatever bytes a string holds.
+TEST_F(LogTest, JsonParsesWithHostileStrings) {
+    set_format(Format::json);
+    std::string hostile = "x\"y\\z\n\t\r\x01\x7f\xff\xc3{},:";
+    std::string l = render(Level::warn, hostile, {{"e", hostile}, {"n", 3}, {"b", true}});
+    nlohmann::json j = nlohmann::json::parse(l);
+    EXPECT_TRUE(j["e"].is_string());
+    EXPECT_EQ(j["n"], 3);
+    EXPECT_EQ(j["b"], true);
 }
 
 TEST_F(LogTest, JsonNoFields) {
