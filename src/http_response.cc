@@ -20,6 +20,7 @@ HttpResponseParser::State HttpResponseParser::feed(const char* p, size_t n) {
     State s = parse();
     if (s == State::need_more && buf_.size() >= max_) {
         if (header_end_ == 0) return fail(fmt::format("response headers larger than {} bytes", max_));
+        if (whole_) return fail(fmt::format("response larger than {} bytes", max_));
         return state_ = State::done;  // the body excerpt is all we keep
     }
     return s;
@@ -29,6 +30,8 @@ HttpResponseParser::State HttpResponseParser::eof() {
     if (state_ != State::need_more) return state_;
     if (header_end_ == 0) return fail(buf_.empty() ? "connection closed without a response"
                                                    : "connection closed inside the response headers");
+    if (whole_ && content_length_ >= 0 && buf_.size() - header_end_ < static_cast<size_t>(content_length_))
+        return fail("connection closed inside the response body");
     return state_ = State::done;
 }
 
@@ -75,8 +78,14 @@ HttpResponseParser::State HttpResponseParser::parse() {
             line = next + 2;
         }
     }
-    if (status_ >= 200 && status_ < 300) return state_ = State::done;  // nothing in a ready body matters
     size_t body = buf_.size() - header_end_;
+    if (whole_) {
+        if (content_length_ >= 0 && header_end_ + static_cast<size_t>(content_length_) > max_)
+            return fail(fmt::format("response larger than {} bytes", max_));
+        if (content_length_ >= 0 && body >= static_cast<size_t>(content_length_)) return state_ = State::done;
+        return State::need_more;  // to Content-Length, or to the peer's close
+    }
+    if (status_ >= 200 && status_ < 300) return state_ = State::done;  // nothing in a ready body matters
     if (content_length_ >= 0 && body >= static_cast<size_t>(content_length_)) return state_ = State::done;
     if (body >= excerpt_max_) return state_ = State::done;
     return State::need_more;
@@ -89,9 +98,17 @@ std::string HttpResponseParser::body_excerpt() const {
     len = std::min(len, excerpt_max_);
     std::string out = buf_.substr(header_end_, len);
     for (auto& c : out)
-        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = c == '\n' ? ' ' : '?';
+        if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f)
+            c = c == '\n' || c == '\r' || c == '\t' ? ' ' : '?';
     while (!out.empty() && out.back() == ' ') out.pop_back();
     return out;
+}
+
+std::string HttpResponseParser::body() const {
+    if (header_end_ == 0) return "";
+    size_t len = buf_.size() - header_end_;
+    if (content_length_ >= 0) len = std::min(len, static_cast<size_t>(content_length_));
+    return buf_.substr(header_end_, len);
 }
 
 }  // namespace kprism

@@ -1,9 +1,10 @@
-// The /status JSON document (render and parse) and the /readyz text of a Snapshot.
+// The /status JSON document (render and parse, with nlohmann-json) and the /readyz text of a Snapshot.
 #include "kprism/status.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kprism/json.h"
 
@@ -19,22 +20,68 @@ std::string one_line(std::string_view s) {
     return out;
 }
 
+Json or_null(bool present, Json v) { return present ? std::move(v) : Json(nullptr); }
+
+// A count as the daemon writes it (an unsigned integer); anything else that is a number is
+// clamped into range rather than trusted.
+uint64_t count_of(const Json& v) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer()) return 0;  // negative
+    double d = v.get<double>();
+    if (!(d > 0)) return 0;
+    if (d >= 18446744073709551615.0) return std::numeric_limits<uint64_t>::max();
+    return static_cast<uint64_t>(d);
+}
+
+int64_t int_of(const Json& v) {
+    if (v.is_number_integer()) {
+        if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) return INT64_MAX;
+        return v.get<int64_t>();
+    }
+    double d = v.get<double>();
+    if (!std::isfinite(d)) return 0;
+    if (d >= 9.2e18) return INT64_MAX;
+    if (d <= -9.2e18) return INT64_MIN;
+    return static_cast<int64_t>(d);
+}
+
 }  // namespace
 
 std::string render_status_json(const Snapshot& s) {
-    std::string out = fmt::format(R"({{"version":{},"ready":{},"fail_open":{},"draining":{},"connections_active":{},"upstreams":[)",
-                                  json_quote(s.version), snapshot_ready(s), s.fail_open, s.draining,
-                                  s.connections_active);
-    for (size_t i = 0; i < s.upstreams.size(); ++i) {
-        const Upstream& u = *s.upstreams[i];
-        out += fmt::format(
-            R"({}{{"address":{},"zone":{},"state":"{}","last_result":{},"last_error":{},"last_change_unix":{},"rtt_ms":{},"active_connections":{}}})",
-            i ? "," : "", json_quote(u.name), json_quote(u.zone), health_name(u.health),
-            u.has_result ? json_quote(result_name(u.last_result)) : "null", json_quote(u.last_error),
-            u.last_change_unix ? fmt::format("{}", u.last_change_unix) : "null",
-            u.rtt_ms >= 0 ? fmt::format("{:.3f}", u.rtt_ms) : "null", u.active);
+    const Stats& st = s.stats;
+    Json doc = {
+        {"version", s.version},
+        {"pid", s.pid},
+        {"ready", snapshot_ready(s)},
+        {"fail_open", s.fail_open},
+        {"draining", s.draining},
+        {"connections_active", s.connections_active},
+        {"reload",
+         {{"generation", st.reload_generation},
+          {"ok", st.reloads_ok},
+          {"failed", st.reloads_failed},
+          {"last_result", or_null(st.reload_generation != 0, st.reload_last_ok ? "ok" : "failed")},
+          {"last_error", st.reload_last_error},
+          {"last_changes", st.reload_last_changes},
+          {"last_unix", or_null(st.reload_last_unix != 0, st.reload_last_unix)}}},
+    };
+    Json ups = Json::array();
+    for (const Upstream* u : s.upstreams) {
+        Json entry = {
+            {"address", u->name},
+            {"zone", u->zone},
+            {"state", health_name(u->health)},
+            {"last_result", or_null(u->has_result, result_name(u->last_result))},
+            {"last_error", u->last_error},
+            {"last_change_unix", or_null(u->last_change_unix != 0, u->last_change_unix)},
+            // Milliseconds to the microsecond: 1.438, not 1.4375000000000002.
+            {"rtt_ms", or_null(u->rtt_ms >= 0, std::round(u->rtt_ms * 1000) / 1000)},
+            {"active_connections", u->active},
+        };
+        ups.push_back(std::move(entry));
     }
-    return out + "]}\n";
+    doc["upstreams"] = std::move(ups);
+    return json_dump(doc) + "\n";
 }
 
 bool snapshot_ready(const Snapshot& s) { return !s.draining && s.up_count() > 0; }
@@ -60,52 +107,81 @@ std::string render_readyz(const Snapshot& s, bool verbose) {
 }
 
 bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error) {
-    auto doc = parse_json(text, &error);
-    if (!doc) return false;
-    auto want = [&](const JsonValue& obj, const char* key, JsonValue::Type type, bool nullable = false) -> const JsonValue* {
-        const JsonValue* v = obj.get(key);
-        if (v && (v->type == type || (nullable && v->is_null()))) return v;
-        if (error.empty()) error = fmt::format("member '{}' missing or of the wrong type", key);
-        return nullptr;
-    };
-    using T = JsonValue::Type;
-    auto count = [](const JsonValue* v) -> uint64_t {
-        return v && v->number > 0 && std::isfinite(v->number) ? static_cast<uint64_t>(v->number) : 0;
-    };
-    if (doc->type != T::object) {
+    Json doc;
+    if (!parse_json(text, doc, error)) return false;
+    if (!doc.is_object()) {
         error = "not a JSON object";
         return false;
     }
+    enum class T { string, boolean, number, array, object };
+    auto is = [](const Json& v, T type) {
+        switch (type) {
+        case T::string: return v.is_string();
+        case T::boolean: return v.is_boolean();
+        case T::number: return v.is_number();
+        case T::array: return v.is_array();
+        case T::object: return v.is_object();
+        }
+        return false;
+    };
+    // The member `key` of `obj` if it has the type (or is null, when that is allowed), else null
+    // with `error` naming the first member that is missing or of the wrong type.
+    auto want = [&](const Json& obj, const char* key, T type, bool nullable = false) -> const Json* {
+        auto it = obj.find(key);
+        if (it != obj.end() && (is(*it, type) || (nullable && it->is_null()))) return &*it;
+        if (error.empty()) error = fmt::format("member '{}' missing or of the wrong type", key);
+        return nullptr;
+    };
     StatusDoc d;
-    const JsonValue *version = want(*doc, "version", T::string), *ready = want(*doc, "ready", T::boolean),
-                    *fail_open = want(*doc, "fail_open", T::boolean),
-                    *active = want(*doc, "connections_active", T::number), *ups = want(*doc, "upstreams", T::array);
+    const Json *version = want(doc, "version", T::string), *ready = want(doc, "ready", T::boolean),
+               *fail_open = want(doc, "fail_open", T::boolean), *active = want(doc, "connections_active", T::number),
+               *ups = want(doc, "upstreams", T::array);
     if (!version || !ready || !fail_open || !active || !ups) return false;
-    d.version = version->string;
-    d.ready = ready->boolean;
-    d.fail_open = fail_open->boolean;
-    if (const JsonValue* dr = doc->get("draining"); dr && dr->type == T::boolean) d.draining = dr->boolean;
-    d.connections_active = count(active);
-    for (const JsonValue& e : ups->array) {
-        if (e.type != T::object) {
+    d.version = version->get<std::string>();
+    d.ready = ready->get<bool>();
+    d.fail_open = fail_open->get<bool>();
+    if (auto dr = doc.find("draining"); dr != doc.end() && dr->is_boolean()) d.draining = dr->get<bool>();
+    d.connections_active = count_of(*active);
+    if (auto pid = doc.find("pid"); pid != doc.end() && pid->is_number()) d.pid = int_of(*pid);
+    if (auto rl = doc.find("reload"); rl != doc.end()) {
+        if (!rl->is_object()) {
+            error = "member 'reload' is not an object";
+            return false;
+        }
+        const Json *gen = want(*rl, "generation", T::number), *ok = want(*rl, "ok", T::number),
+                   *failed = want(*rl, "failed", T::number), *result = want(*rl, "last_result", T::string, true),
+                   *err = want(*rl, "last_error", T::string), *changes = want(*rl, "last_changes", T::string),
+                   *when = want(*rl, "last_unix", T::number, true);
+        if (!gen || !ok || !failed || !result || !err || !changes || !when) return false;
+        d.has_reload = true;
+        d.reload.generation = count_of(*gen);
+        d.reload.ok = count_of(*ok);
+        d.reload.failed = count_of(*failed);
+        d.reload.last_result = result->is_null() ? "" : result->get<std::string>();
+        d.reload.last_error = err->get<std::string>();
+        d.reload.last_changes = changes->get<std::string>();
+        d.reload.last_unix = when->is_null() ? 0 : int_of(*when);
+    }
+    for (const Json& e : *ups) {
+        if (!e.is_object()) {
             error = "upstream entry is not an object";
             return false;
         }
         StatusUpstream u;
-        const JsonValue *addr = want(e, "address", T::string), *zone = want(e, "zone", T::string),
-                        *state = want(e, "state", T::string), *result = want(e, "last_result", T::string, true),
-                        *err = want(e, "last_error", T::string),
-                        *since = want(e, "last_change_unix", T::number, true), *rtt = want(e, "rtt_ms", T::number, true),
-                        *conns = want(e, "active_connections", T::number);
+        const Json *addr = want(e, "address", T::string), *zone = want(e, "zone", T::string),
+                   *state = want(e, "state", T::string), *result = want(e, "last_result", T::string, true),
+                   *err = want(e, "last_error", T::string), *since = want(e, "last_change_unix", T::number, true),
+                   *rtt = want(e, "rtt_ms", T::number, true), *conns = want(e, "active_connections", T::number);
         if (!addr || !zone || !state || !result || !err || !since || !rtt || !conns) return false;
-        u.address = addr->string;
-        u.zone = zone->string;
-        u.state = state->string;
-        u.last_result = result->is_null() ? "" : result->string;
-        u.last_error = err->string;
-        u.last_change_unix = since->is_null() ? 0 : static_cast<int64_t>(since->number);
-        u.rtt_ms = rtt->is_null() || !std::isfinite(rtt->number) ? -1 : rtt->number;
-        u.active_connections = count(conns);
+        u.address = addr->get<std::string>();
+        u.zone = zone->get<std::string>();
+        u.state = state->get<std::string>();
+        u.last_result = result->is_null() ? "" : result->get<std::string>();
+        u.last_error = err->get<std::string>();
+        u.last_change_unix = since->is_null() ? 0 : int_of(*since);
+        double r = rtt->is_null() ? -1 : rtt->get<double>();
+        u.rtt_ms = std::isfinite(r) ? r : -1;
+        u.active_connections = count_of(*conns);
         d.upstreams.push_back(std::move(u));
     }
     out = std::move(d);

@@ -1,5 +1,6 @@
 // `kprism status`: one GET /status from the admin endpoint (a blocking socket with a deadline: it
-// is a CLI), printed as a table; the exit status says whether some upstream is up.
+// is a CLI; the response read by HttpResponseParser), printed as a table; the exit status says
+// whether some upstream is up.
 #include "kprism/status_cmd.h"
 
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 
 #include "kprism/address.h"
 #include "kprism/duration.h"
+#include "kprism/http_response.h"
 
 namespace kprism {
 
@@ -76,7 +79,7 @@ bool http_fetch(const std::string& host, uint16_t port, const std::string& path,
         error = sys_error(errno);
         return false;
     }
-    auto* sa = reinterpret_cast<const sockaddr*>(&ss);
+    auto* sa = as_sockaddr(ss);
     if (::connect(s.fd, sa, sockaddr_len(sa)) != 0) {
         if (errno != EINPROGRESS) {
             error = sys_error(errno);
@@ -107,15 +110,15 @@ bool http_fetch(const std::string& host, uint16_t port, const std::string& path,
             return false;
         }
     }
-    std::string resp;
+    HttpResponseParser parser(kMaxStatusResponse, 0, HttpResponseParser::Body::whole);
+    HttpResponseParser::State st = HttpResponseParser::State::need_more;
     char buf[16384];
-    for (;;) {
+    while (st == HttpResponseParser::State::need_more) {
         ssize_t n = ::recv(s.fd, buf, sizeof buf, 0);
         if (n > 0) {
-            resp.append(buf, static_cast<size_t>(n));
-            if (resp.size() > 8 * 1024 * 1024) return error = "response too large", false;
+            st = parser.feed(buf, static_cast<size_t>(n));
         } else if (n == 0) {
-            break;
+            st = parser.eof();
         } else if (errno == EAGAIN || errno == EINTR) {
             if (!wait_for(s.fd, POLLIN, deadline)) return error = errno == ETIMEDOUT ? timed_out : sys_error(errno), false;
         } else {
@@ -123,14 +126,48 @@ bool http_fetch(const std::string& host, uint16_t port, const std::string& path,
             return false;
         }
     }
-    size_t head_end = resp.find("\r\n\r\n");
-    if (resp.compare(0, 7, "HTTP/1.") != 0 || resp.size() < 12 || head_end == std::string::npos) {
-        error = resp.empty() ? "connection closed without a response" : "not an HTTP response";
+    if (st == HttpResponseParser::State::error) {
+        error = parser.error();
         return false;
     }
-    status = std::atoi(resp.c_str() + 9);
-    body = resp.substr(head_end + 4);
+    status = parser.status();
+    body = parser.body();
     return true;
+}
+
+std::string error_cell(std::string_view error, size_t max) {
+    auto lower = [](unsigned char c) { return static_cast<char>(std::tolower(c)); };
+    std::string low(error.size(), ' ');
+    std::transform(error.begin(), error.end(), low.begin(), lower);
+    bool html = false;
+    for (const char* tag : {"<html", "<!doctype", "<head", "<body", "<title", "<center", "<h1", "<p>"})
+        html = html || low.find(tag) != std::string::npos;
+    // Tags become spaces, every control character and run of white space one space.
+    std::string flat;
+    bool in_tag = false;
+    for (char ch : error) {
+        auto c = static_cast<unsigned char>(ch);
+        if (html && c == '<') in_tag = true;
+        bool blank = in_tag || c <= ' ' || c == 0x7f;
+        if (html && c == '>') in_tag = false;
+        if (!blank) flat += ch;
+        else if (!flat.empty() && flat.back() != ' ') flat += ' ';
+    }
+    while (!flat.empty() && flat.back() == ' ') flat.pop_back();
+    // Cut by characters (UTF-8 continuation bytes do not count), never inside one.
+    size_t chars = 0, cut = std::string::npos;
+    size_t keep = max > 3 ? max - 3 : 0;
+    for (size_t i = 0; i < flat.size(); ++i) {
+        if ((static_cast<unsigned char>(flat[i]) & 0xc0) == 0x80) continue;
+        if (chars == keep) cut = i;
+        if (++chars > max) break;
+    }
+    if (chars <= max) return flat;
+    // At the end of a word when one ends shortly before.
+    if (size_t space = flat.rfind(' ', cut); space != std::string::npos && space > 0 && cut - space <= 16) cut = space;
+    flat.resize(cut);
+    while (!flat.empty() && flat.back() == ' ') flat.pop_back();
+    return flat + "...";
 }
 
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color) {
@@ -144,9 +181,7 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
         std::string since = "-";
         if (u.last_change_unix > 0)
             since = format_duration(Duration{std::max<int64_t>(0, now_unix - u.last_change_unix) * 1000});
-        std::string err = u.last_error;
-        for (char& c : err)
-            if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+        std::string err = error_cell(u.last_error);
         rows.push_back({u.address, u.zone.empty() ? "-" : u.zone, u.state, u.last_result.empty() ? "-" : u.last_result,
                         u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
                         fmt::format("{}", u.active_connections), since, err});
@@ -169,6 +204,34 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
     return out;
 }
 
+AdminTarget admin_target(const Config& cfg) {
+    AdminTarget t;
+    // The daemon listens on health.bind_address; a wildcard one is reached over loopback.
+    t.host = cfg.s.health_bind_address;
+    if (t.host == "0.0.0.0") t.host = "127.0.0.1";
+    if (t.host == "::" || t.host == "[::]") t.host = "::1";
+    t.port = static_cast<uint16_t>(cfg.s.health_port);
+    sockaddr_storage ss{};
+    t.where = ip_to_sockaddr(t.host, t.port, ss) ? sockaddr_str(ss) : fmt::format("{}:{}", t.host, t.port);
+    return t;
+}
+
+FetchStatus fetch_status(const AdminTarget& t, int timeout_ms, StatusDoc& doc, std::string& error) {
+    int code = 0;
+    std::string body;
+    error.clear();
+    if (!http_fetch(t.host, t.port, "/status", timeout_ms, code, body, error)) return FetchStatus::unreachable;
+    if (code != 200) {
+        error = fmt::format("HTTP {}", code);
+        return FetchStatus::unexpected;
+    }
+    if (!parse_status_json(body, doc, error)) {
+        if (error.empty()) error = "malformed /status document";
+        return FetchStatus::unexpected;
+    }
+    return FetchStatus::ok;
+}
+
 int status_command(const CommandLine& cl) {
     Config cfg;
     std::vector<std::string> errors;
@@ -176,26 +239,16 @@ int status_command(const CommandLine& cl) {
         for (const auto& e : errors) fmt::print(stderr, "kprism status: {}\n", e);
         return kStatusError;
     }
-    // The daemon listens on health.bind_address; a wildcard one is reached over loopback.
-    std::string host = cfg.s.health_bind_address;
-    if (host == "0.0.0.0") host = "127.0.0.1";
-    if (host == "::" || host == "[::]") host = "::1";
-    auto port = static_cast<uint16_t>(cfg.s.health_port);
-    sockaddr_storage ss{};
-    std::string where = ip_to_sockaddr(host, port, ss) ? sockaddr_str(reinterpret_cast<sockaddr*>(&ss))
-                                                        : fmt::format("{}:{}", host, port);
-    int code = 0;
-    std::string body, err;
-    if (!http_fetch(host, port, "/status", 3000, code, body, err)) {
-        fmt::print(stderr, "kprism status: cannot reach the admin endpoint at {}: {}\n", where, err);
-        return kStatusError;
-    }
+    AdminTarget t = admin_target(cfg);
     StatusDoc doc;
-    if (code != 200) err = fmt::format("HTTP {}", code);
-    else if (parse_status_json(body, doc, err)) err.clear();
-    else if (err.empty()) err = "malformed /status document";
-    if (!err.empty()) {
-        fmt::print(stderr, "kprism status: unexpected answer from the admin endpoint at {}: {}\n", where, err);
+    std::string err;
+    switch (fetch_status(t, 3000, doc, err)) {
+    case FetchStatus::ok: break;
+    case FetchStatus::unreachable:
+        fmt::print(stderr, "kprism status: cannot reach the admin endpoint at {}: {}\n", t.where, err);
+        return kStatusError;
+    case FetchStatus::unexpected:
+        fmt::print(stderr, "kprism status: unexpected answer from the admin endpoint at {}: {}\n", t.where, err);
         return kStatusError;
     }
     const char* no_color = std::getenv("NO_COLOR");

@@ -1,40 +1,29 @@
-// Just enough JSON for the /status document: string quoting for the daemon, a small bounded
-// parser for `kprism status`.
+// JSON for the /status document, with nlohmann-json: the daemon renders it with json_dump(), and
+// `kprism status` / `kprism reload` read it with parse_json(), which bounds the input first.
 #pragma once
 
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace kprism {
 
-// `s` as a JSON string literal, quotes included. Control characters are escaped; valid UTF-8 is
-// kept; a byte that is not part of valid UTF-8 becomes U+FFFD, so the output is always valid.
-std::string json_quote(std::string_view s);
+// ordered: members stay in the order they were added (the /status document reads top-down).
+using Json = nlohmann::ordered_json;
 
-struct JsonValue {
-    enum class Type { null, boolean, number, string, array, object };
-    Type type = Type::null;
-    bool boolean = false;
-    double number = 0;
-    std::string string;
-    std::vector<JsonValue> array;
-    // In document order. The `{}` lets clang (libstdc++'s C++20 std::pair) compile the recursive
-    // type: without it the implicit default constructor needs the pair complete while declaring it.
-    std::vector<std::pair<std::string, JsonValue>> object{};
+// Compact JSON text of `j`. Control characters in strings are escaped, valid UTF-8 is kept as it
+// is, and a byte that is not part of valid UTF-8 becomes U+FFFD: the output is always valid UTF-8
+// (nlohmann::json::error_handler_t::replace), whatever an upstream put in an error message.
+std::string json_dump(const Json& j);
 
-    // The member `key` of an object, or nullptr (also when this is not an object).
-    const JsonValue* get(std::string_view key) const;
-    bool is_null() const { return type == Type::null; }
-};
-
-// Parses one JSON document (RFC 8259) of at most kMaxJsonBytes, nested at most kMaxJsonDepth
-// deep. On failure returns nullopt with *error set to a short reason and the byte offset.
+// Parses one JSON document (RFC 8259) of at most kMaxJsonBytes (checked before parsing), with
+// arrays and objects nested at most kMaxJsonDepth deep. On failure returns false with `error` set
+// to a short reason ("document too large", "nested deeper than 32", or the parser's message with
+// the byte offset).
 constexpr size_t kMaxJsonBytes = 4 * 1024 * 1024;
 constexpr int kMaxJsonDepth = 32;
-std::optional<JsonValue> parse_json(std::string_view text, std::string* error = nullptr);
+bool parse_json(std::string_view text, Json& out, std::string& error);
 
 }  // namespace kprism

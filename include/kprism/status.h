@@ -11,9 +11,13 @@
 
 namespace kprism {
 
-// {"version":..., "ready":bool, "fail_open":bool, "draining":bool, "connections_active":N,
+// {"version":..., "pid":N, "ready":bool, "fail_open":bool, "draining":bool, "connections_active":N,
+//  "reload":{"generation":N, "ok":N, "failed":N, "last_result":"ok"|"failed"|null, "last_error",
+//            "last_changes", "last_unix": seconds|null},
 //  "upstreams":[{"address", "zone", "state": "up"|"down"|"unknown", "last_result": name|null,
 //  "last_error", "last_change_unix": seconds|null, "rtt_ms": number|null, "active_connections"}]}
+// reload.generation counts finished reload attempts (ok + failed); `kprism reload` waits for it to
+// move. Strings are valid UTF-8 (invalid bytes from an upstream become U+FFFD).
 std::string render_status_json(const Snapshot& s);
 
 // /readyz: "ok" or why not; verbose adds one line per upstream ("[+]10.0.0.1:6443 up",
@@ -31,15 +35,26 @@ struct StatusUpstream {
     double rtt_ms = -1;            // < 0: null
     uint64_t active_connections = 0;
 };
+struct StatusReload {
+    uint64_t generation = 0, ok = 0, failed = 0;
+    std::string last_result;  // "ok", "failed"; empty: null (no reload yet)
+    std::string last_error;   // why the last one failed (every error, joined with "; ")
+    std::string last_changes; // what the last successful one changed ("none", "endpoint_added=...")
+    int64_t last_unix = 0;    // 0: null
+};
 struct StatusDoc {
     std::string version;
+    int64_t pid = 0;            // 0: absent (a kprism from before pid and reload were reported)
+    bool has_reload = false;    // the "reload" member was there
+    StatusReload reload;
     bool ready = false;
     bool fail_open = false;
     bool draining = false;
     uint64_t connections_active = 0;
     std::vector<StatusUpstream> upstreams;
 };
-// Strict about the members it needs and their types, lenient about extra ones.
+// Strict about the members it needs and their types, lenient about extra ones (and about "pid" and
+// "reload" missing: `kprism reload` checks for those itself). Bounded: see parse_json (json.h).
 bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error);
 
 }  // namespace kprism

@@ -1,8 +1,10 @@
-// `kprism status`: asks a running kprism's admin endpoint for /status and prints a table.
+// `kprism status`: asks a running kprism's admin endpoint for /status and prints a table; and the
+// pieces `kprism reload` (reload_cmd.h) shares with it.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "kprism/config.h"
 #include "kprism/status.h"
@@ -18,9 +20,32 @@ int status_command(const CommandLine& cl);
 // UPSTREAM ZONE STATE "LAST RESULT" RTT CONNS SINCE ERROR. `color`: ANSI colours for the state.
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color);
 
+// An upstream's error as the ERROR column shows it: one line, whitespace runs collapsed, the tags
+// of an HTML page (a TLS front end's "400 Bad Request" page) dropped, and cut to at most `max`
+// characters with "..." at the end. /status and the logs keep the full text.
+constexpr size_t kErrorCellMax = 64;
+std::string error_cell(std::string_view error, size_t max = kErrorCellMax);
+
 // GET `path` from host:port (an IP address) over a plain TCP connection, everything within
-// `timeout_ms`. Returns false with *error ("connection refused", "timed out after 3s", ...).
+// `timeout_ms`; the response is read with HttpResponseParser (whole body, at most
+// kMaxStatusResponse bytes). Returns false with *error ("connection refused", "timed out after
+// 3s", "not an HTTP response", ...).
+constexpr size_t kMaxStatusResponse = 4 * 1024 * 1024 + 64 * 1024;  // kMaxJsonBytes and the head
 bool http_fetch(const std::string& host, uint16_t port, const std::string& path, int timeout_ms, int& status,
                 std::string& body, std::string& error);
+
+// Where the daemon's admin endpoint is: health.bind_address (a wildcard one is reached over
+// loopback) and health.port. `where` is "127.0.0.1:7446" for messages.
+struct AdminTarget {
+    std::string host;
+    uint16_t port = 0;
+    std::string where;
+};
+AdminTarget admin_target(const Config& cfg);
+
+// GET /status and parse it. unreachable: no HTTP answer (`error` says why); unexpected: an answer
+// that is not a /status document (another status than 200, or malformed).
+enum class FetchStatus { ok, unreachable, unexpected };
+FetchStatus fetch_status(const AdminTarget& t, int timeout_ms, StatusDoc& doc, std::string& error);
 
 }  // namespace kprism

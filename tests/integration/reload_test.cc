@@ -1,5 +1,6 @@
 // SIGHUP reload of the real binary: under load nothing is dropped or corrupted, endpoints and
-// listeners follow the file, and a bad configuration leaves the running one in force.
+// listeners follow the file, and a bad configuration leaves the running one in force; and
+// `kprism reload` (systemd's ExecReload): its outcome, exit statuses and the /status it reads.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "harness/harness.h"
 
@@ -198,4 +201,186 @@ TEST(Reload, ListenersFollowTheFile) {
     ASSERT_TRUE(send_all(fd6, "ok", 2));
     EXPECT_EQ(recv_exact(fd6, buf, 2), 2u);
     ::close(fd6);
+}
+
+namespace {
+
+Result reload_cmd(const Kprism& k, std::vector<std::string> args) {
+    std::vector<std::string> argv = {kprism_bin(), "reload", "--health-port", std::to_string(k.admin_port)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return run(argv, 40000ms);
+}
+
+nlohmann::json status_json(int admin_port) {
+    std::string raw = http_get(admin_port, "/status");
+    size_t body = raw.find("\r\n\r\n");
+    return nlohmann::json::parse(body == std::string::npos ? "null" : raw.substr(body + 4), nullptr, false);
+}
+
+}  // namespace
+
+TEST(ReloadCommand, AppliesTheFileAndReportsTheChanges) {
+    TcpServer a(TcpServer::echo), b(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    Kprism k({}, {"--config", cf.path});
+    nlohmann::json before = status_json(k.admin_port);
+    ASSERT_TRUE(before.is_object());
+    EXPECT_EQ(before["pid"], k.pid());
+    EXPECT_EQ(before["reload"]["generation"], 0);
+    EXPECT_TRUE(before["reload"]["last_result"].is_null());
+    EXPECT_TRUE(before["reload"]["last_unix"].is_null());
+
+    cf.write(endpoints_toml({a.endpoint(), b.endpoint()}));
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.output, "kprism reload: configuration reloaded: endpoint_added=" + b.endpoint() + "\n");
+    EXPECT_EQ(k.count_output("msg=\"configuration reloaded\""), 1u) << "the outcome was there before the command returned";
+    nlohmann::json after = status_json(k.admin_port);
+    EXPECT_EQ(after["reload"]["generation"], 1);
+    EXPECT_EQ(after["reload"]["ok"], 1);
+    EXPECT_EQ(after["reload"]["failed"], 0);
+    EXPECT_EQ(after["reload"]["last_result"], "ok");
+    EXPECT_EQ(after["reload"]["last_changes"], "endpoint_added=" + b.endpoint());
+    EXPECT_TRUE(after["reload"]["last_unix"].is_number_integer());
+    ASSERT_EQ(after["upstreams"].size(), 2u);
+    EXPECT_EQ(after["upstreams"][1]["address"], b.endpoint());
+    int before_b = b.accepted();
+    for (int i = 0; i < 6; ++i) EXPECT_TRUE(echo_ok(k.port));
+    EXPECT_GT(b.accepted(), before_b) << "the added endpoint serves";
+
+    // Without --pid it signals the pid that /status names; nothing changed is "none".
+    auto again = reload_cmd(k, {"--config", cf.path});
+    EXPECT_EQ(again.code, 0) << again.output;
+    EXPECT_EQ(again.output, "kprism reload: configuration reloaded: none\n");
+}
+
+TEST(ReloadCommand, RejectedFileExitsOneAndTheOldOneServes) {
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    Kprism k({}, {"--config", cf.path});
+    // A file the daemon rejects (the command only reads health.* from it): it reports why, with
+    // every error.
+    cf.write(endpoints_toml({a.endpoint(), a.endpoint()}, "[health]\ntimeout = \"9s\"\n"));
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("kprism reload: reload failed; the old configuration keeps serving: ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find("health.timeout"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("; "), std::string::npos) << "both errors, joined: " << r.output;
+    EXPECT_NE(r.output.find("duplicate endpoint"), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << "one line: " << r.output;
+    EXPECT_TRUE(k.wait_output("reload failed; keeping the old configuration"));
+    EXPECT_TRUE(echo_ok(k.port));
+    nlohmann::json st = status_json(k.admin_port);
+    EXPECT_EQ(st["reload"]["generation"], 1);
+    EXPECT_EQ(st["reload"]["failed"], 1);
+    EXPECT_EQ(st["reload"]["last_result"], "failed");
+    EXPECT_NE(st["reload"]["last_error"].get<std::string>().find("health.timeout"), std::string::npos) << st.dump();
+
+    // A file that is not even TOML: the command finds that out itself, names the parse error and
+    // sends nothing.
+    cf.write("endpoints = [\"" + a.endpoint() + "\"\n");
+    size_t reloading = k.count_output("reloading configuration");
+    auto bad = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
+    EXPECT_EQ(bad.code, 1) << bad.output;
+    EXPECT_EQ(bad.output.rfind("kprism reload: reload failed; the old configuration keeps serving: " + cf.path + ":", 0), 0u)
+        << bad.output;
+    EXPECT_NE(bad.output.find("invalid TOML"), std::string::npos) << bad.output;
+    EXPECT_NE(bad.output.find("(nothing was sent to kprism)\n"), std::string::npos) << bad.output;
+    EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << "one line: " << bad.output;
+    // The same for a value out of range.
+    cf.write(endpoints_toml({a.endpoint()}, "[health]\nrise = 0\n"));
+    auto range = reload_cmd(k, {"--config", cf.path});
+    EXPECT_EQ(range.code, 1) << range.output;
+    EXPECT_NE(range.output.find("health.rise: 0 out of range 1-100"), std::string::npos) << range.output;
+    EXPECT_EQ(k.count_output("reloading configuration"), reloading);
+    EXPECT_TRUE(echo_ok(k.port));
+    EXPECT_TRUE(k.running());
+
+    // And a good file after that still reloads.
+    cf.write(endpoints_toml({a.endpoint()}, "policy = \"least-connections\"\n"));
+    auto good = reload_cmd(k, {"--config", cf.path});
+    EXPECT_EQ(good.code, 0) << good.output;
+}
+
+TEST(ReloadCommand, WrongPidExitsTwoAndSendsNothing) {
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    Kprism k({}, {"--config", cf.path});
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(getpid())});
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(r.output.find("belongs to pid " + std::to_string(k.pid()) + ", not --pid " + std::to_string(getpid())),
+              std::string::npos)
+        << r.output;
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(k.count_output("reloading configuration"), 0u);
+    EXPECT_EQ(status_json(k.admin_port)["reload"]["generation"], 0);
+    auto bad = run({kprism_bin(), "reload", "--pid", "nope"});
+    EXPECT_EQ(bad.code, 2) << bad.output;
+    EXPECT_NE(bad.output.find("--pid: invalid value"), std::string::npos) << bad.output;
+}
+
+TEST(ReloadCommand, NoDaemonExitsTwoAtOnce) {
+    int unused = free_port();
+    auto t0 = Clock::now();
+    auto r = run({kprism_bin(), "reload", "--health-port", std::to_string(unused), "--pid", "1"});
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(r.output, "kprism reload: cannot reach the admin endpoint at 127.0.0.1:" + std::to_string(unused) +
+                            ": connection refused\n");
+    EXPECT_LT(Clock::now() - t0, 2s);
+}
+
+// SIGHUP while draining: the attempt is finished as failed, so the command gets its answer.
+TEST(ReloadCommand, WhileShuttingDownExitsOne) {
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}, "drain_timeout = \"20s\"\n"));
+    Kprism k({}, {"--config", cf.path});
+    int held = connect_to(k.port);  // keeps the drain going
+    ASSERT_TRUE(send_all(held, "x", 1));
+    char c;
+    ASSERT_EQ(recv_exact(held, &c, 1), 1u);
+    k.signal(SIGTERM);
+    ASSERT_TRUE(k.wait_output("msg=\"shutting down\""));
+    auto t0 = Clock::now();
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output, "kprism reload: reload failed; the old configuration keeps serving: kprism is shutting down\n");
+    EXPECT_LT(Clock::now() - t0, 5s);
+    ::close(held);
+    EXPECT_EQ(k.wait(10000ms), 0);
+}
+
+// An admin endpoint that answers but whose reload generation never moves: the command gives up
+// after --timeout with exit status 3 (the SIGHUP went to a process that ignores it).
+TEST(ReloadCommand, NoOutcomeTimesOutWithThree) {
+    Process deaf({"/bin/sh", "-c", "trap '' HUP; sleep 30"});
+    std::string body = R"({"version":"x","pid":)" + std::to_string(deaf.pid()) +
+                       R"(,"ready":true,"fail_open":false,"draining":false,"connections_active":0,)"
+                       R"("reload":{"generation":4,"ok":4,"failed":0,"last_result":"ok","last_error":"","last_changes":"none","last_unix":1},"upstreams":[]})";
+    std::atomic<int> requests{0};
+    TcpServer fake([&](int fd) {
+        char buf[2048];
+        if (::recv(fd, buf, sizeof buf, 0) <= 0) return;
+        ++requests;
+        std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+        send_all(fd, resp.data(), resp.size());
+    });
+    std::this_thread::sleep_for(100ms);  // the shell has set its trap
+    auto t0 = Clock::now();
+    auto r = run({kprism_bin(), "reload", "--health-port", std::to_string(fake.port()), "--pid",
+                  std::to_string(deaf.pid()), "--timeout", "600ms"});
+    auto took = Clock::now() - t0;
+    EXPECT_EQ(r.code, 3) << r.output;
+    EXPECT_NE(r.output.find("no outcome from kprism (pid " + std::to_string(deaf.pid()) + ") within 600ms"),
+              std::string::npos)
+        << r.output;
+    EXPECT_GE(took, 600ms);
+    EXPECT_LT(took, 3s);
+    EXPECT_GE(requests.load(), 5) << "polled every 50 ms";
+    EXPECT_TRUE(deaf.running());
+    deaf.signal(SIGKILL);
 }

@@ -86,3 +86,51 @@ TEST(HttpResponse, ControlBytesInBodyAreScrubbed) {
     feed_all(p, r);
     EXPECT_EQ(p.body_excerpt(), "a?[2Jb");
 }
+
+TEST(HttpResponse, CarriageReturnsAndTabsInTheExcerptAreSpaces) {
+    HttpResponseParser p;
+    feed_all(p, "HTTP/1.1 400 Bad Request\r\nContent-Length: 20\r\n\r\n<html>\r\n<head>\tx\r\n\r\n");
+    EXPECT_EQ(p.body_excerpt(), "<html>  <head> x");
+}
+
+// Body::whole, as `kprism status` reads /status: the whole body whatever the status, to
+// Content-Length or to the close, and never more than the bound.
+TEST(HttpResponse, WholeBodyToContentLength) {
+    std::string body(5000, 'j');
+    std::string r = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n" + body;
+    for (size_t step : {size_t{1}, size_t{7}, size_t{100000}}) {
+        HttpResponseParser p(65536, 0, HttpResponseParser::Body::whole);
+        EXPECT_EQ(feed_all(p, r, step), State::done) << step;
+        EXPECT_EQ(p.status(), 200);
+        EXPECT_EQ(p.body(), body);
+    }
+    HttpResponseParser extra(65536, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(extra, "HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nnoMORE", 100), State::done);
+    EXPECT_EQ(extra.status(), 404);
+    EXPECT_EQ(extra.body(), "no") << "bytes past Content-Length are not the body";
+}
+
+TEST(HttpResponse, WholeBodyToTheClose) {
+    HttpResponseParser p(65536, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(p, "HTTP/1.0 200 OK\r\n\r\n{\"a\":\x01\"\xff\"}", 4), State::need_more);
+    EXPECT_EQ(p.eof(), State::done);
+    EXPECT_EQ(p.body(), "{\"a\":\x01\"\xff\"}") << "not scrubbed: the caller parses it";
+    HttpResponseParser cut(65536, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(cut, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"), State::need_more);
+    EXPECT_EQ(cut.eof(), State::error);
+    EXPECT_EQ(cut.error(), "connection closed inside the response body");
+}
+
+TEST(HttpResponse, WholeBodyIsBounded) {
+    HttpResponseParser p(100, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(p, "HTTP/1.1 200 OK\r\n\r\n" + std::string(200, 'x'), 50), State::error);
+    EXPECT_EQ(p.error(), "response larger than 100 bytes");
+    EXPECT_LE(p.buffered(), 100u);
+    // A Content-Length beyond the bound fails at the headers, before the body is read.
+    HttpResponseParser q(100, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(q, "HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n", 100), State::error);
+    EXPECT_EQ(q.error(), "response larger than 100 bytes");
+    HttpResponseParser g(100, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(g, "SSH-2.0-OpenSSH\r\n"), State::error);
+    EXPECT_EQ(g.error(), "not an HTTP response");
+}

@@ -1,5 +1,5 @@
-// The /status document (render, then parse back as `kprism status` does), JSON quoting and
-// parsing, the /readyz text and the status table.
+// The /status document (render, then parse back as `kprism status` does), the JSON bounds around
+// nlohmann-json (json.h), the /readyz text, the status table and its ERROR cell.
 #include <gtest/gtest.h>
 
 #include "kprism/json.h"
@@ -8,42 +8,55 @@
 
 using namespace kprism;
 
-TEST(Json, QuoteEscapesAndKeepsUtf8Valid) {
-    EXPECT_EQ(json_quote("plain"), "\"plain\"");
-    EXPECT_EQ(json_quote("a\"b\\c"), R"("a\"b\\c")");
-    EXPECT_EQ(json_quote("l1\nl2\r\t"), R"("l1\nl2\r\t")");
-    EXPECT_EQ(json_quote(std::string("\x01\x1f\x7f", 3)), R"("\u0001\u001f\u007f")");
-    EXPECT_EQ(json_quote("zone-\xc3\xa9"), "\"zone-\xc3\xa9\"") << "valid UTF-8 is kept";
-    EXPECT_EQ(json_quote("\xe2\x82\xac\xf0\x9f\x98\x80"), "\"\xe2\x82\xac\xf0\x9f\x98\x80\"");
-    EXPECT_EQ(json_quote("bad\xff" "x"), R"("bad\ufffdx")");
-    EXPECT_EQ(json_quote("\xc3"), R"("\ufffd")") << "truncated sequence";
-    EXPECT_EQ(json_quote("\xc0\xaf"), R"("\ufffd\ufffd")") << "overlong";
-    EXPECT_EQ(json_quote("\xed\xa0\x80"), R"("\ufffd\ufffd\ufffd")") << "surrogate";
+std::string dumped(const std::string& s) { return json_dump(Json(s)); }
+
+TEST(Json, DumpEscapesAndKeepsUtf8Valid) {
+    EXPECT_EQ(dumped("plain"), "\"plain\"");
+    EXPECT_EQ(dumped("a\"b\\c"), R"("a\"b\\c")");
+    EXPECT_EQ(dumped("l1\nl2\r\t"), R"("l1\nl2\r\t")");
+    EXPECT_EQ(dumped(std::string("\x01\x1f", 2)), R"("\u0001\u001f")");
+    EXPECT_EQ(dumped("\x7f"), "\"\x7f\"") << "DEL is valid in a JSON string";
+    EXPECT_EQ(dumped("zone-\xc3\xa9"), "\"zone-\xc3\xa9\"") << "valid UTF-8 is kept";
+    EXPECT_EQ(dumped("\xe2\x82\xac\xf0\x9f\x98\x80"), "\"\xe2\x82\xac\xf0\x9f\x98\x80\"");
 }
 
-TEST(Json, ParsesWhatItQuotes) {
+// Invalid UTF-8 (an upstream's bytes in an error message) comes out as U+FFFD, never raw.
+TEST(Json, DumpReplacesInvalidUtf8) {
+    const std::string fffd = "\xef\xbf\xbd";
+    EXPECT_EQ(dumped("bad\xff" "x"), "\"bad" + fffd + "x\"");
+    EXPECT_EQ(dumped("\xc3"), "\"" + fffd + "\"") << "truncated sequence";
+    EXPECT_EQ(dumped("\xc0\xaf"), "\"" + fffd + fffd + "\"") << "overlong";
+    EXPECT_EQ(dumped("\xed\xa0\x80"), "\"" + fffd + fffd + fffd + "\"") << "surrogate";
+    // Whatever goes in, the document parses again (nlohmann rejects invalid UTF-8 when parsing).
+    Json back;
+    std::string err;
+    ASSERT_TRUE(parse_json(json_dump(Json{{"e", "x\xff\xfe\xc3(\xed\xa0\x80"}}), back, err)) << err;
+    EXPECT_EQ(back["e"].get<std::string>(), "x" + fffd + fffd + fffd + "(" + fffd + fffd + fffd);
+}
+
+TEST(Json, ParsesWhatItDumps) {
     for (std::string s : {std::string("x\"y\\z\n\t"), std::string("\x01\x7f", 2), std::string("\xc3\xa9\xf0\x9f\x98\x80")}) {
-        auto v = parse_json(json_quote(s));
-        ASSERT_TRUE(v);
-        EXPECT_EQ(v->string, s);
+        Json v;
+        std::string err;
+        ASSERT_TRUE(parse_json(dumped(s), v, err)) << err;
+        EXPECT_EQ(v.get<std::string>(), s);
     }
 }
 
 TEST(Json, Values) {
     std::string err;
-    auto v = parse_json(R"( {"a": [1, -2.5e3, 0, true, false, null], "b": {"c": "\u00e9\ud83d\ude00\/"}, "": 0.25} )", &err);
-    ASSERT_TRUE(v) << err;
-    const JsonValue* a = v->get("a");
-    ASSERT_TRUE(a && a->type == JsonValue::Type::array && a->array.size() == 6);
-    EXPECT_EQ(a->array[0].number, 1);
-    EXPECT_EQ(a->array[1].number, -2500);
-    EXPECT_TRUE(a->array[3].boolean);
-    EXPECT_FALSE(a->array[4].boolean);
-    EXPECT_TRUE(a->array[5].is_null());
-    EXPECT_EQ(v->get("b")->get("c")->string, "\xc3\xa9\xf0\x9f\x98\x80/");
-    EXPECT_EQ(v->get("")->number, 0.25);
-    EXPECT_EQ(v->get("zz"), nullptr);
-    EXPECT_EQ(a->get("x"), nullptr);
+    Json v;
+    ASSERT_TRUE(parse_json(R"( {"a": [1, -2.5e3, 0, true, false, null], "b": {"c": "\u00e9\ud83d\ude00\/"}, "": 0.25} )", v, err)) << err;
+    const Json& a = v["a"];
+    ASSERT_TRUE(a.is_array() && a.size() == 6);
+    EXPECT_EQ(a[0].get<double>(), 1);
+    EXPECT_EQ(a[1].get<double>(), -2500);
+    EXPECT_TRUE(a[3].get<bool>());
+    EXPECT_FALSE(a[4].get<bool>());
+    EXPECT_TRUE(a[5].is_null());
+    EXPECT_EQ(v["b"]["c"].get<std::string>(), "\xc3\xa9\xf0\x9f\x98\x80/");
+    EXPECT_EQ(v[""].get<double>(), 0.25);
+    EXPECT_FALSE(v.contains("zz"));
 }
 
 TEST(Json, RejectsMalformed) {
@@ -51,15 +64,49 @@ TEST(Json, RejectsMalformed) {
                             "nul", "\"abc", "\"a\x01\"", "\"\\x\"", "\"\\u12\"", "\"\\ud800\"", "\"\\udc00\"",
                             "{} x", "[1] [2]", "'a'", "\"\xff\"", "{1:2}"}) {
         std::string err;
-        EXPECT_FALSE(parse_json(bad, &err)) << bad;
+        Json v;
+        EXPECT_FALSE(parse_json(bad, v, err)) << bad;
         EXPECT_FALSE(err.empty()) << bad;
+        EXPECT_EQ(err.find("[json.exception"), std::string::npos) << err;
     }
-    std::string deep(kMaxJsonDepth + 2, '[');
-    deep += std::string(kMaxJsonDepth + 2, ']');
-    EXPECT_FALSE(parse_json(deep));
+}
+
+TEST(Json, DepthIsBounded) {
+    Json v;
+    std::string err;
+    std::string deep(kMaxJsonDepth + 1, '[');
+    deep += std::string(kMaxJsonDepth + 1, ']');
+    EXPECT_FALSE(parse_json(deep, v, err));
+    EXPECT_EQ(err, "nested deeper than 32");
+    std::string deep_obj;
+    for (int i = 0; i <= kMaxJsonDepth; ++i) deep_obj += "{\"a\":";
+    deep_obj += "1" + std::string(kMaxJsonDepth + 1, '}');
+    EXPECT_FALSE(parse_json(deep_obj, v, err));
+    // A hostile document far deeper still fails cleanly (and fast).
+    std::string hostile(1000000, '[');
+    EXPECT_FALSE(parse_json(hostile, v, err));
     std::string ok(kMaxJsonDepth, '[');
     ok += std::string(kMaxJsonDepth, ']');
-    EXPECT_TRUE(parse_json(ok));
+    EXPECT_TRUE(parse_json(ok, v, err)) << err;
+}
+
+TEST(Json, SizeIsBoundedBeforeParsing) {
+    Json v;
+    std::string err;
+    std::string big = "\"" + std::string(kMaxJsonBytes - 2, 'a') + "\"";
+    ASSERT_EQ(big.size(), kMaxJsonBytes);
+    EXPECT_TRUE(parse_json(big, v, err)) << err;
+    big.insert(1, "a");
+    EXPECT_FALSE(parse_json(big, v, err));
+    EXPECT_EQ(err.rfind("document too large", 0), 0u) << err;
+    // Checked before parsing: an oversize document is refused even if it is not JSON at all.
+    err.clear();
+    EXPECT_FALSE(parse_json(std::string(kMaxJsonBytes + 1, '!'), v, err));
+    EXPECT_EQ(err.rfind("document too large", 0), 0u) << err;
+    StatusDoc d;
+    err.clear();
+    EXPECT_FALSE(parse_status_json(std::string(kMaxJsonBytes + 1, ' '), d, err));
+    EXPECT_EQ(err.rfind("document too large", 0), 0u) << err;
 }
 
 namespace {
@@ -84,6 +131,7 @@ struct Fixture {
         b.last_change_unix = 1500;
         c.name = "[fd00::3]:6443";
         s.version = "0.9.0";
+        s.pid = 4242;
         s.connections_active = 17;
         s.upstreams = {&a, &b, &c};
     }
@@ -94,9 +142,11 @@ struct Fixture {
 TEST(Status, JsonRoundTrip) {
     Fixture f;
     std::string json = render_status_json(f.s);
-    ASSERT_TRUE(parse_json(json)) << json;
-    StatusDoc d;
+    Json raw;
     std::string err;
+    ASSERT_TRUE(parse_json(json, raw, err)) << err << "\n" << json;
+    EXPECT_EQ(json.back(), '\n');
+    StatusDoc d;
     ASSERT_TRUE(parse_status_json(json, d, err)) << err << "\n" << json;
     EXPECT_EQ(d.version, "0.9.0");
     EXPECT_TRUE(d.ready);
@@ -118,6 +168,72 @@ TEST(Status, JsonRoundTrip) {
     EXPECT_NE(json.find(R"("last_result":null)"), std::string::npos);
     EXPECT_NE(json.find(R"("rtt_ms":null)"), std::string::npos);
     EXPECT_NE(json.find(R"("last_change_unix":null)"), std::string::npos);
+    EXPECT_NE(json.find(R"("rtt_ms":1.438,)"), std::string::npos) << "to the microsecond: " << json;
+    // Members in document order, as before nlohmann.
+    EXPECT_EQ(json.rfind(R"({"version":"0.9.0","pid":4242,"ready":true,"fail_open":false,"draining":false,)", 0), 0u)
+        << json;
+    EXPECT_NE(json.find(R"({"address":"10.0.0.1:6443","zone":"zone-a","state":"up","last_result":"ready",)"),
+              std::string::npos)
+        << json;
+    EXPECT_EQ(d.pid, 4242);
+    ASSERT_TRUE(d.has_reload);
+    EXPECT_EQ(d.reload.generation, 0u);
+    EXPECT_EQ(d.reload.last_result, "") << "null before the first reload";
+    EXPECT_EQ(d.reload.last_unix, 0);
+    EXPECT_NE(json.find(R"("reload":{"generation":0,"ok":0,"failed":0,"last_result":null,"last_error":"","last_changes":"","last_unix":null})"),
+              std::string::npos)
+        << json;
+    // Typed as JSON: numbers are numbers, booleans booleans.
+    EXPECT_TRUE(raw["pid"].is_number_integer());
+    EXPECT_TRUE(raw["connections_active"].is_number_unsigned());
+    EXPECT_TRUE(raw["upstreams"][0]["active_connections"].is_number_unsigned());
+    EXPECT_TRUE(raw["ready"].is_boolean());
+}
+
+TEST(Status, ReloadOutcomeRoundTrip) {
+    Fixture f;
+    f.s.stats.reloads_ok = 2;
+    f.s.stats.reloads_failed = 1;
+    f.s.stats.reload_generation = 3;
+    f.s.stats.reload_last_ok = false;
+    f.s.stats.reload_last_error = "kprism.toml:3: invalid TOML: expected ']'; --bind-port: bad";
+    f.s.stats.reload_last_unix = 1700000000;
+    StatusDoc d;
+    std::string err;
+    ASSERT_TRUE(parse_status_json(render_status_json(f.s), d, err)) << err;
+    ASSERT_TRUE(d.has_reload);
+    EXPECT_EQ(d.reload.generation, 3u);
+    EXPECT_EQ(d.reload.ok, 2u);
+    EXPECT_EQ(d.reload.failed, 1u);
+    EXPECT_EQ(d.reload.last_result, "failed");
+    EXPECT_EQ(d.reload.last_error, "kprism.toml:3: invalid TOML: expected ']'; --bind-port: bad");
+    EXPECT_EQ(d.reload.last_unix, 1700000000);
+    f.s.stats.reload_last_ok = true;
+    f.s.stats.reload_last_error.clear();
+    f.s.stats.reload_last_changes = "endpoint_added=10.0.0.9:6443";
+    ASSERT_TRUE(parse_status_json(render_status_json(f.s), d, err)) << err;
+    EXPECT_EQ(d.reload.last_result, "ok");
+    EXPECT_EQ(d.reload.last_changes, "endpoint_added=10.0.0.9:6443");
+    // A kprism from before pid and reload were reported: still a valid status document.
+    ASSERT_TRUE(parse_status_json(R"({"version":"x","ready":true,"fail_open":false,"connections_active":0,"upstreams":[]})", d, err)) << err;
+    EXPECT_EQ(d.pid, 0);
+    EXPECT_FALSE(d.has_reload);
+    err.clear();
+    EXPECT_FALSE(parse_status_json(R"({"version":"x","ready":true,"fail_open":false,"connections_active":0,"upstreams":[],"reload":{"generation":"1"}})", d, err));
+    EXPECT_NE(err.find("generation"), std::string::npos) << err;
+}
+
+// An upstream's error with bytes that are not UTF-8 (a hostile or broken apiserver's body): /status
+// stays valid JSON, the bytes come back as U+FFFD.
+TEST(Status, InvalidUtf8InAnErrorBecomesReplacementCharacters) {
+    Fixture f;
+    f.b.last_error = "HTTP 500: caf\xe9 \xff\xfe";
+    std::string json = render_status_json(f.s);
+    StatusDoc d;
+    std::string err;
+    ASSERT_TRUE(parse_status_json(json, d, err)) << err << "\n" << json;
+    EXPECT_EQ(d.upstreams[1].last_error, "HTTP 500: caf\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd");
+    EXPECT_EQ(json.find('\xff'), std::string::npos);
 }
 
 TEST(Status, NotReadyWhenNoneUpOrDraining) {
@@ -200,4 +316,88 @@ TEST(Status, CommandLineNeedsNoEndpoints) {
     ASSERT_TRUE(parse_command_line(4, bad, bad_cl, errors));
     Config bad_cfg;
     EXPECT_FALSE(load_config(bad_cl, bad_cfg, errors));
+}
+
+// A TLS front end (or any web server) answering the probe with its HTML error page: the ERROR
+// column gets one short line of its text, not the page.
+TEST(Status, TableCutsAnHtmlErrorPage) {
+    Fixture f;
+    f.b.last_result = CheckResult::not_ready;
+    f.b.last_error =
+        "HTTP 400: <html>  <head><title>400 The plain HTTP request was sent to HTTPS port</title></head>  <body>  "
+        "<center><h1>400 Bad Request</h1></center>  <center>The plain HTTP request was sent to HTTPS port</center>  "
+        "<hr><center>nginx</center>  </body>  </html>";
+    StatusDoc d;
+    std::string err;
+    ASSERT_TRUE(parse_status_json(render_status_json(f.s), d, err)) << err;
+    EXPECT_EQ(d.upstreams[1].last_error, f.b.last_error) << "/status keeps the full text";
+    std::string t = render_status_table(d, 1600, false);
+    size_t at = t.find("\n10.0.0.2:6443 ");
+    ASSERT_NE(at, std::string::npos) << t;
+    std::string row = t.substr(at + 1, t.find('\n', at + 1) - at - 1);
+    std::string cell = row.substr(row.find("HTTP 400"));
+    EXPECT_EQ(cell, "HTTP 400: 400 The plain HTTP request was sent to HTTPS port...") << t;
+    EXPECT_LE(cell.size(), kErrorCellMax);
+    EXPECT_EQ(row.find('<'), std::string::npos) << row;
+    for (const auto& line : {row}) EXPECT_LT(line.size(), 150u) << line;
+}
+
+TEST(Status, ErrorCell) {
+    EXPECT_EQ(error_cell("connect_failed: connection refused"), "connect_failed: connection refused");
+    EXPECT_EQ(error_cell(""), "");
+    EXPECT_EQ(error_cell("  a \t\r\n b\x01\x7f" "c  "), "a b c") << "white space and controls collapse";
+    EXPECT_EQ(error_cell("expected <= 3 and > 1"), "expected <= 3 and > 1") << "not HTML: kept";
+    EXPECT_EQ(error_cell("<!DOCTYPE html><HTML><BODY>Forbidden</BODY></HTML>"), "Forbidden");
+    std::string long_text(200, 'x');
+    EXPECT_EQ(error_cell(long_text), std::string(kErrorCellMax - 3, 'x') + "...");
+    EXPECT_EQ(error_cell(std::string(kErrorCellMax, 'y')), std::string(kErrorCellMax, 'y')) << "fits: not cut";
+    EXPECT_EQ(error_cell("abcdef ghij", 8), "abcde...");
+    EXPECT_EQ(error_cell("abcd efgh", 8), "abcd...") << "no space before the ellipsis";
+    // Cut by characters, never inside a UTF-8 sequence.
+    std::string e;
+    for (int i = 0; i < 100; ++i) e += "\xc3\xa9";
+    std::string cut = error_cell(e, 10);
+    EXPECT_EQ(cut, std::string("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9") + "...");
+}
+
+TEST(Status, ReloadCommandLine) {
+    const char* argv[] = {"kprism", "reload", "--config", "/etc/kprism/kprism.toml", "--pid", "1119", "--timeout", "5s"};
+    CommandLine cl;
+    std::vector<std::string> errors;
+    ASSERT_TRUE(parse_command_line(8, argv, cl, errors)) << errors[0];
+    EXPECT_EQ(cl.command, Command::reload);
+    EXPECT_EQ(cl.reload_pid, 1119);
+    EXPECT_EQ(cl.reload_timeout.count(), 5000);
+    EXPECT_EQ(cl.config_file, "/etc/kprism/kprism.toml");
+    // Like status, reload needs no endpoints: the daemon judges the file.
+    const char* flags[] = {"kprism", "--health-port=17998", "reload"};
+    CommandLine fl;
+    ASSERT_TRUE(parse_command_line(3, flags, fl, errors));
+    EXPECT_EQ(fl.command, Command::reload);
+    EXPECT_EQ(fl.reload_pid, 0);
+    EXPECT_EQ(fl.reload_timeout.count(), 30000);
+    Config cfg;
+    EXPECT_TRUE(load_config(fl, cfg, errors)) << (errors.empty() ? "" : errors[0]);
+    EXPECT_EQ(cfg.s.health_port, 17998);
+    for (auto bad : std::vector<std::vector<const char*>>{{"kprism", "reload", "--pid", "0"},
+                                                          {"kprism", "reload", "--pid", "12x"},
+                                                          {"kprism", "reload", "--pid", "-1"},
+                                                          {"kprism", "reload", "--pid"},
+                                                          {"kprism", "reload", "--timeout", "0s"},
+                                                          {"kprism", "reload", "--timeout", "soon"},
+                                                          {"kprism", "status", "--pid", "5"},
+                                                          {"kprism", "--timeout=1s", "--endpoints", "10.0.0.1:6443"}}) {
+        CommandLine b;
+        errors.clear();
+        EXPECT_FALSE(parse_command_line(static_cast<int>(bad.size()), bad.data(), b, errors)) << bad[2];
+        EXPECT_FALSE(errors.empty());
+    }
+    CommandLine st;
+    errors.clear();
+    const char* status_pid[] = {"kprism", "status", "--pid", "5"};
+    EXPECT_FALSE(parse_command_line(4, status_pid, st, errors));
+    ASSERT_EQ(errors.size(), 1u);
+    EXPECT_EQ(errors[0], "--pid: only 'kprism reload' takes it");
+    EXPECT_NE(usage_text().find("kprism reload [--config FILE] [flags] [--pid PID] [--timeout DURATION]"),
+              std::string::npos);
 }

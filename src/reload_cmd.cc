@@ -1,0 +1,90 @@
+// `kprism reload`: SIGHUP to the daemon that answers on the admin endpoint, then /status polled
+// until its reload generation moves (a blocking CLI, like `kprism status`).
+#include "kprism/reload_cmd.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "kprism/duration.h"
+#include "kprism/status_cmd.h"
+
+namespace kprism {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ms_left(Clock::time_point deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return left > 0 ? static_cast<int>(std::min<int64_t>(left, 3000)) : 0;  // one request: at most 3 s
+}
+
+template <class... Args>
+int fail(int code, fmt::format_string<Args...> f, Args&&... args) {
+    fmt::print(stderr, "kprism reload: {}\n", fmt::format(f, std::forward<Args>(args)...));
+    return code;
+}
+
+}  // namespace
+
+int reload_command(const CommandLine& cl) {
+    Config cfg;
+    std::vector<std::string> errors;
+    if (!load_config(cl, cfg, errors)) {
+        // The daemon would refuse the same file: say why (on one line, like its own verdict), and
+        // leave it alone.
+        std::string all;
+        for (const auto& e : errors) all += (all.empty() ? "" : "; ") + e;
+        return fail(kReloadRejected, "reload failed; the old configuration keeps serving: {} (nothing was sent to "
+                                     "kprism)", all);
+    }
+    AdminTarget t = admin_target(cfg);
+    auto deadline = Clock::now() + std::chrono::milliseconds(cl.reload_timeout.count());
+    std::string timeout = format_duration(cl.reload_timeout);
+    StatusDoc before;
+    std::string err;
+    switch (fetch_status(t, std::max(ms_left(deadline), 1), before, err)) {
+    case FetchStatus::ok: break;
+    case FetchStatus::unreachable: return fail(kReloadError, "cannot reach the admin endpoint at {}: {}", t.where, err);
+    case FetchStatus::unexpected:
+        return fail(kReloadError, "unexpected answer from the admin endpoint at {}: {}", t.where, err);
+    }
+    if (before.pid <= 0 || !before.has_reload)
+        return fail(kReloadError, "the kprism at {} does not report its pid and reload results (an older version); "
+                                  "send it SIGHUP instead", t.where);
+    const int64_t pid = before.pid;
+    if (cl.reload_pid != 0 && cl.reload_pid != pid)
+        return fail(kReloadError, "the admin endpoint at {} belongs to pid {}, not --pid {}; nothing was reloaded",
+                    t.where, pid, cl.reload_pid);
+    if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0)
+        return fail(kReloadError, "cannot send SIGHUP to kprism (pid {}): {}", pid, std::strerror(errno));
+    for (;;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(kReloadPollMs, ms_left(deadline))));
+        if (ms_left(deadline) == 0) break;
+        StatusDoc now;
+        FetchStatus r = fetch_status(t, ms_left(deadline), now, err);
+        if (r == FetchStatus::ok && now.pid != pid)
+            return fail(kReloadError, "kprism (pid {}) is gone: pid {} answers at {} now", pid, now.pid, t.where);
+        if (r == FetchStatus::ok && now.has_reload && now.reload.generation > before.reload.generation) {
+            if (now.reload.last_result == "ok") {
+                fmt::print("kprism reload: configuration reloaded: {}\n",
+                           now.reload.last_changes.empty() ? "none" : now.reload.last_changes);
+                return kReloadOk;
+            }
+            return fail(kReloadRejected, "reload failed; the old configuration keeps serving: {}",
+                        now.reload.last_error.empty() ? "no reason given" : now.reload.last_error);
+        }
+        if (r != FetchStatus::ok && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+            return fail(kReloadError, "kprism (pid {}) exited during the reload", pid);
+    }
+    return fail(kReloadTimeout, "no outcome from kprism (pid {}) within {} of SIGHUP (see its log); raise --timeout "
+                                "to wait longer", pid, timeout);
+}
+
+}  // namespace kprism
