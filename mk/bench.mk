@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: Apache-2.0
+# Benchmarks: micro-benchmarks, probe cost, failover timing, kprism against HAProxy and nginx (bench/RESULTS.md).
+
+##@ Benchmarks
+
+BENCH_OBJS := $(patsubst bench/%.cc,$(BUILD)/bench/obj/%.o,$(wildcard bench/*.cc))
+
+# failover and probe_cost use the test harness ("harness/..."): tests/ is on the include path.
+$(BUILD)/bench/obj/%.o: bench/%.cc
+	@mkdir -p $(@D)
+	$(CXX) $(CXXFLAGS) -Itests $(DEPFLAGS) -c $< -o $@
+$(BENCH_OBJS): $(BUILD)/harden.stamp
+ifneq ($(STATIC)$(wildcard $(BUILD)/static.stamp),0)
+$(BENCH_OBJS): $(BUILD)/static.stamp
+endif
+
+$(BUILD)/bench/failover: $(BUILD)/bench/obj/failover.o $(HARNESS_OBJS) $(BUILD)/libkprism.a
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
+
+$(BUILD)/bench/probe_cost: $(BUILD)/bench/obj/probe_cost.o $(HARNESS_OBJS) $(BUILD)/libkprism.a
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
+
+# Google Benchmark micro-benchmarks (bench/micro.cc; libbenchmark-dev). benchmark_main before
+# benchmark: it is a static archive that needs the shared library's symbols.
+$(BUILD)/bench/micro: $(BUILD)/bench/obj/micro.o $(BUILD)/libkprism.a
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lbenchmark_main -lbenchmark -lpthread
+
+-include $(wildcard $(BUILD)/bench/obj/*.d)
+
+.PHONY: bench bench-failover bench-probes bench-compare bench-deps
+
+# Micro-benchmarks (about 30 s; see bench/RESULTS.md): BENCH_ARGS=--benchmark_filter=Pick etc.
+## BENCH_ARGS=: passed to build/bench/micro, e.g. --benchmark_filter=Pick
+bench: $(BUILD)/bench/micro ## Google Benchmark micro-benchmarks, about 30 s (BENCH_ARGS= is passed on)
+	$(BUILD)/bench/micro $(BENCH_ARGS)
+
+# CPU per 1000 readiness probes with and without TLS session resumption (about 30 s).
+bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost ## CPU per 1000 readiness probes, with and without TLS resumption (about 30 s)
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/probe_cost $(SECONDS)
+
+# Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
+bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover ## failover timing with default health settings (about 90 s)
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
+
+# kprism vs HAProxy (mode tcp) vs nginx stream vs direct on the same three local HTTP backends, one
+# table (about 6 minutes on a quiet machine, longer while it waits out other load; needs
+# `make bench-deps`): see bench/RESULTS.md. RUNS (3), DURATION (10 s) and the other knobs are
+# bench/compare.sh's environment; KPRISM_BIN=path measures another binary; SMOKE=1 only checks
+# correctness (1 s runs, exit status 1 on a mismatch).
+## KPRISM_BIN=path: the binary `make bench-compare` measures (default: $(BUILD)/kprism)
+## SMOKE=1: `make bench-compare` only checks that each proxy passes exact bytes
+bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost ## kprism vs HAProxy vs nginx stream vs direct, one table (about 6 min; bench-deps)
+	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
+		PROBE_COST=$(abspath $(BUILD)/bench/probe_cost) bench/compare.sh $(if $(filter 1,$(SMOKE)),--smoke)
+
+# The packages the benchmarks need (bench-compare, bench/bulk.sh), kept out of `make deps`. The
+# distribution's nginx and haproxy services are not started meanwhile (a temporary policy-rc.d,
+# unless one exists); bench/compare.sh refuses to run if its ports are taken anyway.
+BENCH_PKGS := haproxy nginx libnginx-mod-stream wrk socat bc curl python3 iproute2
+bench-deps: ## apt-get install the benchmarks' own packages (haproxy, nginx, wrk, ...)
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; prc=; \
+	if [ ! -e /usr/sbin/policy-rc.d ]; then \
+		printf '#!/bin/sh\nexit 101\n' | $$SUDO tee /usr/sbin/policy-rc.d >/dev/null && $$SUDO chmod 755 /usr/sbin/policy-rc.d && prc=1; \
+	fi; \
+	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_PKGS); \
+	rc=$$?; if [ -n "$$prc" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; exit $$rc

@@ -1,0 +1,97 @@
+# SPDX-License-Identifier: Apache-2.0
+# Shipping: the static binary, the Talos extension, the OCI images, the systemd units, make install and the Debian package.
+
+##@ Shipping
+
+.PHONY: test-shipping test-systemd test-hardening static test-static talos-extension test-packaging \
+	images test-images install deb test-deb
+
+# About three minutes on two cores, most of it compiling the static binary and the package.
+test-shipping: test-systemd test-static test-hardening test-packaging test-images test-deb ## the shipping checks: the six test-* targets below
+
+# The systemd units under systemd-analyze, and the unprivileged certificate copy end to end.
+test-systemd: $(BUILD)/kprism $(BUILD)/kprism-standin ## systemd-analyze verify/security of the units; the certificate copy end to end
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/systemd_verify.sh
+	$(TEST_ENV) tests/packaging/copy_cert.sh
+
+# The hardening flags read back from build/kprism and the static build/static/kprism with readelf
+# and nm (PIE, RELRO, BIND_NOW, non-executable stack, stack protector, fortify, CET), after a
+# self-test on a trivial program built with and without them; ends "hardening: N passed, M failed".
+# test-deb checks the packaged binary the same way.
+test-hardening: $(BUILD)/kprism static ## the hardening of build/kprism and build/static/kprism read back (readelf, nm)
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STATIC_BIN=$(abspath build/static/kprism) tests/packaging/hardening.sh
+
+# Fully static, stripped build/static/kprism (Talos extensions, see README "Static build").
+static: ## build/static/kprism, fully static and stripped (WITH_SYSTEMD=0 STATIC=1)
+	$(MAKE) -j$(NPROC) BUILD=build/static WITH_SYSTEMD=0 STATIC=1 build/static/kprism
+
+# Checks on the static binary (static, runs in an empty chroot, rejects hostnames) and a subset
+# of the integration suite against it; ends with "static: N passed, M failed".
+test-static: static $(BUILD)/kprism-standin $(BUILD)/tests/integration ## the static binary: alone in an empty chroot, no hostnames; integration subset
+	KPRISM_STATIC_BIN=$(abspath build/static/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
+		KPRISM_IT=$(abspath $(BUILD)/tests/integration) tests/static/run.sh
+
+# Talos system extension tree, build/talos-extension/ (manifest.yaml, rootfs/, Containerfile):
+# the image content for `buildah bud`/`docker build`, see talos-extension/README.md.
+# TALOS_BIN=path uses another binary instead of `make static`'s (for tests only: the validator
+# then needs --allow-dynamic for a dynamically linked one).
+## TALOS_BIN=build/static/kprism: the binary `make talos-extension` puts in the extension (tests only)
+TALOS_BIN ?= build/static/kprism
+TALOS_TREE := build/talos-extension
+talos-extension: $(if $(filter build/static/kprism,$(TALOS_BIN)),static,$(TALOS_BIN)) ## assemble and validate the Talos extension tree build/talos-extension/
+	rm -rf $(TALOS_TREE)
+	install -d -m 0755 $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism \
+		$(TALOS_TREE)/rootfs/usr/local/etc/containers
+	sed 's|@VERSION@|$(VERSION)|' talos-extension/manifest.yaml > $(TALOS_TREE)/manifest.yaml
+	chmod 0644 $(TALOS_TREE)/manifest.yaml
+	install -m 0644 talos-extension/Containerfile $(TALOS_TREE)/Containerfile
+	install -m 0644 talos-extension/kprism.yaml $(TALOS_TREE)/rootfs/usr/local/etc/containers/kprism.yaml
+	install -m 0755 $(TALOS_BIN) $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism/kprism
+	chmod -R go-w $(TALOS_TREE)
+	talos-extension/validate.py $(if $(filter build/static/kprism,$(TALOS_BIN)),,--allow-dynamic) \
+		--service-config talos-extension/examples/extension-service-config.yaml $(TALOS_TREE)
+
+# Packaging checks: the Talos extension tree, the static pod manifest, `kprism check` on every
+# example configuration; ends with "packaging: N passed, M failed".
+test-packaging: talos-extension $(BUILD)/kprism ## the Talos extension tree, the static pod manifest, `kprism check` on the examples
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) TALOS_TREE=$(abspath $(TALOS_TREE)) \
+		TALOS_ALLOW_DYNAMIC=$(if $(filter build/static/kprism,$(TALOS_BIN)),0,1) tests/packaging/run.sh
+
+# Both OCI images built with buildah (FROM scratch, no daemon, no registry) into
+# build/images/kprism-talos.oci.tar and build/images/kprism.oci.tar, and their content checked.
+images test-images: talos-extension ## both OCI images built with buildah into build/images/, their content checked
+	tests/packaging/images.sh
+
+SYSTEMD_UNITS := kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service
+install: $(BUILD)/kprism ## binary, man pages, example, systemd units (PREFIX, DESTDIR, SYSTEMDUNITDIR)
+	install -D -m 0755 $(BUILD)/kprism $(DESTDIR)$(PREFIX)/bin/kprism
+	install -D -m 0644 man/kprism.8 $(DESTDIR)$(PREFIX)/share/man/man8/kprism.8
+	install -D -m 0644 man/kprism.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/kprism.toml.5
+	install -D -m 0644 packaging/kprism.toml.example $(DESTDIR)$(PREFIX)/share/doc/kprism/kprism.toml.example
+	install -D -m 0755 packaging/systemd/kprism-copy-cert $(DESTDIR)$(PREFIX)/lib/kprism/kprism-copy-cert
+	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
+	for u in $(SYSTEMD_UNITS); do \
+		sed -e 's|/usr/bin/kprism|$(PREFIX)/bin/kprism|g' -e 's|/usr/lib/kprism/|$(PREFIX)/lib/kprism/|g' \
+			packaging/systemd/$$u > $(DESTDIR)$(SYSTEMDUNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/$$u || exit 1; \
+	done
+
+# The Debian package (packaging/debian): dpkg-buildpackage -us -uc -b in a staged copy of the
+# tree's tracked and untracked, not ignored files, build/deb/kprism-$(DEB_VERSION)/, with
+# packaging/debian as debian/; the .deb lands in build/. test-deb checks its contents and runs the
+# extracted binary; test-man checks the man pages against --help and `check` (part of `test`).
+DEB_VERSION := $(shell dpkg-parsechangelog -l packaging/debian/changelog -S Version 2>/dev/null | sed 's/-[^-]*$$//')
+DEB_STAGE := build/deb/kprism-$(DEB_VERSION)
+deb: ## the Debian package build/kprism_VERSION-1_ARCH.deb (dpkg-buildpackage)
+	rm -rf build/deb && mkdir -p $(DEB_STAGE)
+	git ls-files -z --cached --others --exclude-standard | \
+		xargs -0 sh -c 'for f; do [ -f "$$f" ] && printf "%s\0" "$$f"; done; true' sh | \
+		tar --null -T - -cf - | tar -xf - -C $(DEB_STAGE)
+	rm -rf $(DEB_STAGE)/debian && cp -a packaging/debian $(DEB_STAGE)/debian
+	cd $(DEB_STAGE) && dpkg-buildpackage -us -uc -b -jauto
+	rm -f build/kprism_*.deb build/kprism-dbgsym_*.deb build/kprism_*.buildinfo build/kprism_*.changes
+	for f in build/deb/kprism_* build/deb/kprism-dbgsym_*; do [ ! -e "$$f" ] || mv "$$f" build/; done
+	@ls build/kprism_*.deb
+
+test-deb: deb ## build the package and check its files, conffile, binary and units
+	tests/packaging/deb_check.sh build/kprism_$(DEB_VERSION)-*.deb

@@ -1,0 +1,39 @@
+# SPDX-License-Identifier: Apache-2.0
+# Test targets: unit, integration, test, the monitoring and man page checks, asan.
+
+##@ Testing
+
+TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin)
+
+.PHONY: test test-core unit integration test-man monitoring asan
+unit: $(BUILD)/tests/unit ## build and run the unit tests
+	tests/run.sh $(BUILD)/tests/unit
+
+integration: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## build and run the integration tests against the real binary
+	$(TEST_ENV) tests/run.sh $(BUILD)/tests/integration
+
+# Every test: unit, then integration against the real binary, then (SHIPPING=1, the default, and
+# not under sanitizers) the shipping checks: static binary, Talos extension, static pod, example
+# configs, systemd units, Debian package. Each suite ends with "N passed, N failed".
+## SHIPPING=1: 0 leaves the shipping checks (test-shipping) out of `make test`
+SHIPPING ?= 1
+RUN_SHIPPING := $(and $(filter 1,$(SHIPPING)),$(if $(SAN),,1))
+test: test-core $(if $(RUN_SHIPPING),test-shipping) ## every test: test-core, then test-shipping (not under SAN)
+
+test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring and man page checks
+ifeq ($(SAN),)
+	tests/monitoring/run.sh
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
+endif
+	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
+
+test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages; mandoc -Tlint is clean
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
+
+# Alerting rules and Grafana dashboard (packaging/monitoring): promtool checks and unit tests.
+monitoring: ## promtool checks and unit tests of the alerting rules and the Grafana dashboard
+	tests/monitoring/run.sh
+
+# ASan + UBSan build in its own tree, all tests under it.
+asan: ## every test built with ASan + UBSan, in build/asan
+	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test
