@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # kprism - node-local load balancer for the Kubernetes API.
-# `make` builds build/kprism; `make test` runs every test; see README.md for the rest.
+# `make help` lists every target and variable with one line each (start there); `make` builds
+# build/kprism; `make test` runs every test; see README.md for the rest.
 #
 # The rules live in mk/, one file per concern, included in this order (later files use the
 # variables of earlier ones):
@@ -12,8 +13,10 @@
 #   mk/fuzz.mk      libFuzzer targets
 #   mk/faults.mk    fault injection and the soak
 #   mk/deps.mk      make deps
+#   mk/help.mk      make help (mk/help.awk): a target's `## ` comment on its rule line is its line
+#                   there, a `## NAME=default: ...` comment above a variable documents it
 
 .DEFAULT_GOAL := all
 
 include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk \
-	mk/deps.mk
+	mk/deps.mk mk/help.mk

@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-# Test targets: unit, integration, test, the monitoring and man page checks, asan.
+# Test targets: unit, integration, test, the monitoring and man page checks, checks on the tree, asan.
 
 ##@ Testing
 
 TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin)
 
-.PHONY: test test-core unit integration test-man monitoring asan
+.PHONY: test test-core unit integration test-man monitoring test-tree asan
 unit: $(BUILD)/tests/unit ## build and run the unit tests
 	tests/run.sh $(BUILD)/tests/unit
 
@@ -20,12 +20,19 @@ SHIPPING ?= 1
 RUN_SHIPPING := $(and $(filter 1,$(SHIPPING)),$(if $(SAN),,1))
 test: test-core $(if $(RUN_SHIPPING),test-shipping) ## every test: test-core, then test-shipping (not under SAN)
 
-test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring and man page checks
+test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring and man page checks, test-tree
 ifeq ($(SAN),)
 	tests/monitoring/run.sh
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
 endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
+ifeq ($(SAN),)
+	tests/tree/make_help.sh
+endif
+
+# Checks on the tree itself: every target has its line in `make help`.
+test-tree: ## checks on the tree: `make help` lists every target
+	tests/tree/make_help.sh
 
 test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages; mandoc -Tlint is clean
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
