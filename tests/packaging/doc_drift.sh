@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Documentation drift: every default, bound and size that the man pages (and README.md and the
 # packaging READMEs) state, compared with what the code says. One line per checked fact, then
 # "doc-drift: N passed, M failed"; exit status 1 on any failure.
