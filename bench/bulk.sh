@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Bulk TCP throughput, direct vs through kprism, side by side in one run (socat source and sink).
 # Usage: bench/bulk.sh [MiB per transfer] [runs] [kprism binary]
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # kprism vs HAProxy vs nginx stream, side by side in one run (`make bench-compare`).
 #
 # The same workloads go direct (no proxy) and through kprism, HAProxy (mode tcp, nbthread 1) and

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Idle-connection memory of a TCP proxy, for bench/compare.sh: one small HTTP exchange through the
 proxy (warm-up), then the proxy's idle RSS; then N connections that each do one keep-alive
 GET / (answer checked: status 200, body `expect`) and stay open; RSS again; then how the held

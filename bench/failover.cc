@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Failover timing of the real binary with default health settings (interval 5s, timeout 3s):
 // how long an unready, hung or killed apiserver keeps getting new connections, how long its
 // established connections live on, and how many new client connections fail meanwhile.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """RSS per idle established connection: kprism in front of a local echo server; N connections each
 do one small exchange and then sit idle. Prints idle RSS and (RSS delta / N).
 Usage: bench/idle_rss.py [N] [kprism binary] [extra kprism args...]"""

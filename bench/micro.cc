@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Google Benchmark micro-benchmarks (`make bench`): upstream pick, buffer pool, probe response parsing, config and flag parsing, metrics rendering.
 //
 // Everything runs the library's real code from libkprism.a on real objects: upstreams are set up

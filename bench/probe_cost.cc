@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CPU cost of readiness probes, with and without TLS session resumption: kprism probes 8 TLS
 // stand-in apiservers every 100 ms for a fixed time; CPU of kprism and of the stand-ins is read
 // from /proc and divided by the number of probes. Prints one line per mode.

@@ -28,11 +28,14 @@ endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
 ifeq ($(SAN),)
 	tests/tree/make_help.sh
+	tests/tree/spdx.sh
 endif
 
-# Checks on the tree itself: every target has its line in `make help`.
-test-tree: ## checks on the tree: `make help` lists every target
+# Checks on the tree itself: every target has its line in `make help`, every source file its
+# SPDX-License-Identifier line (src/ and include/ too).
+test-tree: ## checks on the tree: `make help` lists every target; SPDX lines
 	tests/tree/make_help.sh
+	tests/tree/spdx.sh
 
 test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages; mandoc -Tlint is clean
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh

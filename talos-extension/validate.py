@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks an assembled Talos system extension tree the way Talos and its imager would.
 
 Usage: talos-extension/validate.py [--allow-dynamic] [--service-config FILE] TREE

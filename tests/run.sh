@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs GoogleTest binaries in order, stops at none, and ends with one summary line
 # "N passed, N failed" for every test of every binary. Exit status: non-zero if any failed.
 set -u

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Turns packaging/kprism.toml.example into the package's /etc/kprism/kprism.toml: kprism.service
 # runs as a dynamic user and reads the copy kprism-copy-cert makes of the kubelet's root-only
 # client certificate (packaging/systemd/README.md).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault 7: every upstream faulty at once; kprism fails open (README "fail_mode", kprism(8)
 "Fail-open and fail-closed"): with no upstream up, connections go to every endpoint anyway
 (unknown first, then down, then those in backoff), which is no worse than a plain TCP balancer.

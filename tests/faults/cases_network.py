@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Faults 1-5: network faults (iptables in a's namespace; latency from delay_relay.py) and
 process faults of one stand-in apiserver, each through faultlib.scenario.run_fault."""
 

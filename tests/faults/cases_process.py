@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault 6: kprism itself SIGKILLed and restarted while clients keep connecting and retrying.
 
 Two ways to come back on 127.0.0.1:PORT:

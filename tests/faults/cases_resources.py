@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault 8: resource exhaustion.
 
 nofile-64     kprism under RLIMIT_NOFILE 64 (prlimit) and 100 simultaneous clients, plus 30 more

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """A delaying TCP relay, run inside a stand-in's network namespace in front of it (this kernel
 has no netem): accepts on --listen, connects each connection to --to, and holds every chunk of
 bytes, in both directions, for half of the current delay before passing it on, so the round

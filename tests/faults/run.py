@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Fault-injection suite of kprism (`make test-faults`, `make soak`): the real kprism binary in
 the root namespace, real TLS stand-in apiservers each in its own network namespace, faults from
 iptables, a delaying relay, signals and resource limits. See tests/faults/README.md.

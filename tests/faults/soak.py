@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Fault 9: a soak. For SOAK_SECONDS, mixed load through kprism while the upstreams flap:
 
   watches  12 long-lived keep-alive connections, a GET every 0.5 s each, reconnecting when

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the admin endpoint's HTTP request head parser (src/http_request.cc), fed in pieces, against its invariants.
 //
 // Input: the bytes a client sends, as they are. Each input is parsed in one piece, in pseudo-random

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes what `kprism check` runs (src/config.cc): flags via parse_command_line, TOML via load_config_text, validation.
 //
 // Input: without a NUL byte, the whole input is the TOML file of `kprism check --config fuzz.toml`.

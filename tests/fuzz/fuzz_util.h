@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Helpers shared by the libFuzzer targets: a check that aborts, and input chunking for incremental parsers.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes TlsClientContext::build (src/tls_context.cc): loading the probes' client cert, key and CA from PEM files.
 //
 // Input: NUL-separated parts, written to in-memory files (memfd) that the loader opens by path:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs the libFuzzer targets (built by `make fuzz`), JOBS at a time, each for SECONDS, and prints one
 # table of what each did; ends with "fuzz: N passed, N failed" (failed: a crash, leak, UB, timeout
 # or out-of-memory, the input saved under $FUZZ_DIR/artifacts/). Exit status non-zero if any failed.

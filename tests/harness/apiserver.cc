@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TLS stand-in apiserver wrapper shared by the integration tests and benchmarks.
 #include "harness/apiserver.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A TLS stand-in apiserver (build/kprism-standin) for tests: client certificates required from
 // the test CA, /readyz answered as the test sets it.
 #pragma once

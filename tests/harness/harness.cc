@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integration-test harness implementation (processes, loopback servers, socket helpers).
 #include "harness/harness.h"
 

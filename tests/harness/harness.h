@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Integration-test harness: run the real kprism binary, real loopback servers, poll with deadlines.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test PKI with the OpenSSL 3 C API: EC P-256 keys, X509v3 certificates with extensions, PEM files.
 #include "harness/pki.h"
 

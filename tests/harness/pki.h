@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test PKI generated at test time with the OpenSSL 3 C API (no `openssl` CLI): a cluster CA, an
 // apiserver certificate, kubelet-style client certificates (good, untrusted, expired) and a second
 // CA that signed nothing the server uses. All keys are EC P-256; all files are PEM in a temp dir.

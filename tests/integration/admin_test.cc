@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin HTTP endpoint of the real binary: every route, HTTP errors and bounds (405, 404,
 // oversized heads, slowloris, the connection limit), /readyz against TLS stand-ins, the
 // heartbeat after a stalled loop, /metrics checked by promtool, and `kprism status`.

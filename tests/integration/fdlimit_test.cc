@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kprism under a low RLIMIT_NOFILE: clients beyond what the descriptors allow are reset visibly
 // (logged, counted) while the admin endpoint and the held connections keep working. Found by the
 // fault suite (tests/faults, nofile-64): before, libuv's EMFILE reserve descriptor dropped them

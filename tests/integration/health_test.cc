@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Readiness through the real binary: stand-in apiservers with real mTLS whose /readyz the tests
 // switch, kprism checking them with a client certificate generated at test time.
 #include <gtest/gtest.h>

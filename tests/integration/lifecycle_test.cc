@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Process lifecycle of the real binary: drain on SIGTERM, bad configuration, `check`.
 #include <gtest/gtest.h>
 #include <signal.h>

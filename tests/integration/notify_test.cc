@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // systemd integration of the real binary: READY/STATUS/STOPPING on a NOTIFY_SOCKET the test owns,
 // watchdog pings, and socket activation (fds passed by the harness or by systemd-socket-activate).
 #include <arpa/inet.h>

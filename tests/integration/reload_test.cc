@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SIGHUP reload of the real binary: under load nothing is dropped or corrupted, endpoints and
 // listeners follow the file, and a bad configuration leaves the running one in force; and
 // `kprism reload` (systemd's ExecReload): its outcome, exit statuses and the /status it reads.

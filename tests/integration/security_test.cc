@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Security properties of the real binary: a client key other users can read is warned about at
 // every load, no secret reaches the logs, /status, /readyz or /metrics, probes refuse a server
 // below TLS 1.2 and verify DNS names, an admin socket passed by systemd must be loopback as must

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The real kprism binary in front of real loopback servers: data integrity, half-close, resets.
 #include <gtest/gtest.h>
 #include <netinet/in.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The TLS stand-in apiserver (build/kprism-standin --tls-cert ...) with a test PKI generated at
 // test time: client-certificate auth, server name verification, session resumption and every
 // --readyz-file answer, checked with curl and with a small blocking OpenSSL client.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Upstream failures seen through the real binary: refused, hung connect, death mid-stream.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks packaging/monitoring/: the alerting rules (promtool check + unit tests), the Grafana
 # dashboard (valid JSON, every query valid PromQL, the non-trivial ones unit-tested), and that
 # all of them use only the metric families in tests/monitoring/metric-families.txt.

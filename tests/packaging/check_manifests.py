@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks the shape of packaging/kubernetes/kprism.yaml (the static pod) with a YAML parser.
 
 Usage: tests/packaging/check_manifests.py [MANIFEST]

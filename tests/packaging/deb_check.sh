@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks the Debian package: file list (binary, units, man pages, conffile), the conffiles
 # entry, and the extracted binary itself (--version, `check` of the shipped conffile, the unit
 # files under systemd-analyze verify). Takes the .deb as argument, else the newest

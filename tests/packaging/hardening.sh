@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Hardening of the built binaries, read back with readelf and nm: PIE (ELF type DYN), a GNU_RELRO
 # segment, immediate binding (FLAGS BIND_NOW or FLAGS_1 NOW), a non-executable stack (GNU_STACK
 # RW), the stack protector (__stack_chk_fail referenced) and _FORTIFY_SOURCE (__*_chk functions

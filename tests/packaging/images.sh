@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds both OCI images with buildah (no daemon, no registry: FROM scratch, vfs storage) and
 # checks what is inside them: the Talos extension image has manifest.yaml at / and the rootfs/
 # tree, byte for byte the assembled build/talos-extension; the static pod image holds only /kprism

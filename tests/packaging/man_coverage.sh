@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Man-page coverage: every flag in `kprism --help` is documented in man/kprism.8 (as
 # `.Fl \-bind\-address`, hyphens escaped as mdoc writes them), every configuration key that
 # `kprism check` prints is documented in man/kprism.toml.5 under its own section (`.It Cm key` after `.Sh [section]`,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Packaging checks (`make test-packaging`):
 #  - the assembled Talos extension tree (build/talos-extension, `make talos-extension`) passes
 #    talos-extension/validate.py, with the ExtensionServiceConfig example, and broken copies of it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # systemd-analyze verify of packaging/systemd/kprism.service, kprism.socket,
 # kprism-admin.socket, kprism-cert.path and kprism-cert.service, plus the offline `systemd-analyze security` exposure of the service
 # (fails above MAX_EXPOSURE, default 2.5). verify needs ExecStart= binaries and the man pages of

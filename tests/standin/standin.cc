@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kprism-standin: a stand-in apiserver for tests and the demo. Answers HTTP/1.1 requests with
 // "served by NAME" (keep-alive), or echoes bytes back (--mode echo); plain TCP or TLS (blocking
 // OpenSSL, a thread per connection), optionally requiring a client certificate like a

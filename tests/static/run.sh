@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks the static build (`make static`, build/static/kprism): it is statically linked, runs in an
 # empty chroot (nothing but the binary in /), rejects hostname endpoints with a clear error, does
 # not go near the name resolver for IP endpoints, and passes a subset of the integration suite.

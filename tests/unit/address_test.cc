@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // host:port parsing, IP literals, loopback detection and sockaddr printing (kprism/address.h).
 #include "kprism/address.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // BufferPool free-list accounting (kprism/buffer_pool.h).
 #include "kprism/buffer_pool.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Configuration: command line, TOML, flags over file, whole-config validation, rendering (kprism/config.h).
 #include "kprism/config.h"
 

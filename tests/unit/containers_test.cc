@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The small shared helpers: IntrusiveList (Server's connections, Admin's connections) and
 // LogLimiter (rate-limited warnings on the data path).
 #include <gtest/gtest.h>

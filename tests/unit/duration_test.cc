@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Go-style duration parsing and formatting (kprism/duration.h).
 #include "kprism/duration.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Regression tests for what the fuzz targets (tests/fuzz) found, each fed through the same function.
 #include <gtest/gtest.h>
 #include <signal.h>

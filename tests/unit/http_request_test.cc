@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's request parser: methods, bounds, garbage, and pipelined bytes.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The readiness response parser: status classes, bounds, and hostile input.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Structured log line rendering: logfmt and JSON escaping, level parsing (kprism/log.h).
 #include "kprism/log.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // /metrics rendering: every family with HELP and TYPE, label escaping, cumulative histogram
 // buckets, omitted samples; and the heartbeat verdict behind /healthz.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sd-daemon wrapper: message texts, environment parsing, passed fds. Run against both builds
 // (libsystemd and WITH_SYSTEMD=0) to show they behave the same.
 #include "kprism/sd_notify.h"

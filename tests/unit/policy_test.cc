@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Selection policies, pick_upstream eligibility and UpstreamPool passive backoff / readiness
 // (kprism/policy.h, kprism/upstream.h).
 #include "kprism/policy.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TCP options set on a listening socket reach the sockets it accepts (kprism relies on this to
 // set nothing per accepted connection), and a listener can turn each of them off again.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The /status document (render, then parse back as `kprism status` does), the JSON bounds around
 // nlohmann-json (json.h), the /readyz text, the status table and its ERROR cell.
 #include <gtest/gtest.h>

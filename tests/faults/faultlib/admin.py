@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """kprism's admin endpoint (/status JSON, /metrics) and its log, as the suite observes them."""
 
 import calendar

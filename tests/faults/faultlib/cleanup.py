@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Everything the suite creates (processes, network namespaces, iptables rules live inside those)
 is registered here and undone in reverse order: at the end of the Scope that made it, and at exit
 or on SIGINT/SIGTERM/SIGHUP whatever happened, so a failed or interrupted run leaves nothing."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TLS clients of the Kubernetes API as kubelet is one, through kprism on 127.0.0.1: TLS end to
 end with the stand-in apiserver (its certificate verified against the test CA for 127.0.0.1,
 the kubelet client certificate presented), HTTP/1.1 GETs answered "served by NAME path PATH".

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """A test cluster: stand-in apiservers, each alone in its network namespace on <ns_ip>:6443
 (TLS, client certificate required from the test CA, /readyz driven by a file), and the real
 kprism in the root namespace in front of them, with the kubelet-style client certificate."""

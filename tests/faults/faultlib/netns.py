@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Network namespaces, one per stand-in apiserver, each reached from the root namespace over a
 veth pair with a /30 from 10.200.B.0/24 (B picked unused on this machine). Faults are iptables
 rules in the stand-in's namespace, on its veth end only, so they never touch anything else;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Test PKI made with the openssl CLI at test time: a cluster CA, one apiserver serving
 certificate (SAN: every stand-in address and 127.0.0.1, since clients reach the apiservers
 through kprism on loopback with TLS end to end), and a kubelet-style client certificate

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Child processes (kprism, stand-ins, relays) with their output in a log file, killed by cleanup;
 and what /proc says about a process (CPU time, RSS, open fds)."""
 

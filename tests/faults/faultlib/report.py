@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """One line per check ("faults: ok: ..." / "faults: FAIL: ..."), the per-fault figures, and the
 summary table."""
 

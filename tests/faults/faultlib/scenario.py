@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The common shape of a one-upstream fault: three stand-ins a, b, c in their namespaces, a fresh
 kprism with default health settings in front, long-lived connections (at least 4 on "a"), a
 steady stream of new client connections (one every 75 ms, each one request, 5 s allowed); the
