@@ -1,9 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-# Test targets: unit, integration, test, the monitoring and man page checks, checks on the tree, asan.
+# Test targets: unit, integration, test, monitoring and man page checks, checks on the tree, leftover processes, asan.
 
 ##@ Testing
 
 TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin)
+
+# One marker per make run, in the environment of every process a recipe starts (sub-makes keep
+# the outer one): tests/leftovers.py reports the processes that carry it, or whose executable is
+# in the build directories, once the suites are done.
+ifndef KPRISM_TEST_RUN
+KPRISM_TEST_RUN := $(shell cat /proc/sys/kernel/random/uuid 2>/dev/null || echo $$$$)
+endif
+export KPRISM_TEST_RUN
 
 .PHONY: test test-core unit integration test-man monitoring test-tree asan
 unit: $(BUILD)/tests/unit ## build and run the unit tests
@@ -14,11 +22,15 @@ integration: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration 
 
 # Every test: unit, then integration against the real binary, then (SHIPPING=1, the default, and
 # not under sanitizers) the shipping checks: static binary, Talos extension, static pod, example
-# configs, systemd units, Debian package. Each suite ends with "N passed, N failed".
+# configs, systemd units, Debian package. Each suite ends with "N passed, N failed". Last, no
+# process started by the tests may still be running (tests/leftovers.py).
 ## SHIPPING=1: 0 leaves the shipping checks (test-shipping) out of `make test`
 SHIPPING ?= 1
 RUN_SHIPPING := $(and $(filter 1,$(SHIPPING)),$(if $(SAN),,1))
-test: test-core $(if $(RUN_SHIPPING),test-shipping) ## every test: test-core, then test-shipping (not under SAN)
+LEFTOVER_DIRS = $(abspath $(BUILD)) \
+	$(if $(RUN_SHIPPING),$(abspath build/static build/talos-extension build/deb build/images))
+test: test-core $(if $(RUN_SHIPPING),test-shipping) ## every test: test-core, test-shipping, then no test process left running
+	tests/leftovers.py $(LEFTOVER_DIRS)
 
 test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring and man page checks, test-tree
 ifeq ($(SAN),)

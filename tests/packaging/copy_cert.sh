@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The systemd way of running kprism unprivileged, end to end except systemd itself (which is not
 # PID 1 here): packaging/systemd/kprism-copy-cert copies a root-only (0600) kubelet client
 # certificate, reached through kubelet's symlink, into a runtime directory owned by an
@@ -59,7 +60,10 @@ else bad "no runtime directory: '$out'"; fi
 if [ "$(stat -c '%u:%g %a' "$dst" 2>/dev/null)" = "65534:65534 400" ] && cmp -s "$dst" "$pki/kubelet-client-1.pem"; then
     ok "copied, owner 65534:65534 mode 0400"
 else bad "copy: $(stat -c '%u:%g %a' "$dst" 2>&1)"; fi
-as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups "$@"; }
+# setpriv execs the command in its own process: "${NOBODY[@]}" cmd & makes $! the command's pid.
+# (A backgrounded shell function would be a subshell, and killing it would leave cmd running.)
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+as_nobody() { "${NOBODY[@]}" "$@"; }
 if as_nobody cat "$pki/kubelet-client-current.pem" >/dev/null 2>&1; then
     bad "the unprivileged user can read the original key: the test proves nothing"
 else ok "the unprivileged user cannot read the kubelet's own file"; fi
@@ -68,7 +72,7 @@ sport=$(free_port)
 "$STANDIN" --listen "127.0.0.1:$sport" --tls-cert "$pki/srv.pem" --client-ca "$pki/ca.crt" >"$T/standin.log" 2>&1 &
 pids+=($!)
 dport=$(free_port); aport=$(free_port)
-as_nobody "$BIN" --endpoints "127.0.0.1:$sport" --bind-port "$dport" --health-port "$aport" \
+"${NOBODY[@]}" "$BIN" --endpoints "127.0.0.1:$sport" --bind-port "$dport" --health-port "$aport" \
     --client-cert "$dst" --client-key "$dst" --ca-file "$T/ca.crt" --health-interval 500ms \
     --health-timeout 400ms --health-fast-interval 200ms >"$T/kprism.log" 2>&1 &
 pids+=($!)
