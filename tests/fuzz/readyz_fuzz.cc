@@ -1,4 +1,6 @@
-// Fuzzes the readiness probe's HTTP response parser (src/http_response.cc), fed in pieces, against its invariants.
+// SPDX-License-Identifier: Apache-2.0
+// Fuzzes the readiness probe's HTTP response parser (src/http_response.cc), fed in pieces, against its invariants;
+// and the same parser in Body::whole mode with the /status parser behind it, as `kprism status` reads the admin endpoint.
 //
 // Input: the bytes an upstream sends, as they are. Each input is parsed several ways - in one piece,
 // in pseudo-random pieces (seeded by a hash of the input), one byte at a time (inputs up to 4 KiB),
@@ -8,6 +10,7 @@
 
 #include "fuzz_util.h"
 #include "kprism/http_response.h"
+#include "kprism/status.h"
 
 using kprism::HttpResponseParser;
 using State = HttpResponseParser::State;
@@ -69,11 +72,59 @@ void all_ways(const uint8_t* data, size_t size, uint64_t h, size_t max, size_t e
     if (size <= 4096) compare(one, run(data, size, fuzz::bytewise(size), max, excerpt));
 }
 
+// Body::whole, as `kprism status` and `kprism reload` read /status: the same outcome however the
+// bytes arrive, the body never beyond the bound, and whatever body results goes through the bounded
+// /status parser (nlohmann-json with the size and depth limits of json.h) without crashing.
+struct Whole {
+    State after_eof;
+    int status;
+    std::string body;
+};
+
+Whole run_whole(const uint8_t* data, size_t size, const std::vector<size_t>& pieces, size_t max) {
+    (void)size;  // the pieces add up to it
+    HttpResponseParser p(max, 0, HttpResponseParser::Body::whole);
+    State st = State::need_more;
+    size_t off = 0;
+    for (size_t n : pieces) {
+        if (st != State::need_more) break;
+        fuzz::Piece piece(data + off, n);
+        st = p.feed(piece.data(), piece.size());
+        off += n;
+        FUZZ_CHECK(st == p.state());
+        FUZZ_CHECK(p.buffered() <= max);
+        if (st == State::error) FUZZ_CHECK(!p.error().empty());
+    }
+    Whole w{p.eof(), p.status(), ""};
+    FUZZ_CHECK(w.after_eof != State::need_more);
+    if (w.after_eof == State::done) {
+        w.body = p.body();
+        FUZZ_CHECK(w.body.size() <= max);
+        FUZZ_CHECK(p.status() >= 100 && p.status() <= 999);
+    } else {
+        FUZZ_CHECK(!p.error().empty());
+    }
+    return w;
+}
+
+void whole_ways(const uint8_t* data, size_t size, uint64_t h, size_t max) {
+    Whole one = run_whole(data, size, fuzz::whole(size), max);
+    Whole pieces = run_whole(data, size, fuzz::random_pieces(size, h), max);
+    FUZZ_CHECK(one.after_eof == pieces.after_eof);
+    if (one.after_eof != State::done) return;
+    FUZZ_CHECK(one.status == pieces.status);
+    FUZZ_CHECK(one.body == pieces.body);
+    kprism::StatusDoc doc;
+    std::string error;
+    if (!kprism::parse_status_json(one.body, doc, error)) FUZZ_CHECK(!error.empty());
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t h = fuzz::hash(data, size);
     all_ways(data, size, h, 16384, 1024);  // the probe's parser: HttpResponseParser()
+    whole_ways(data, size, h, 65536);      // /status as the CLI reads it
     uint64_t s = h;
     size_t max = fuzz::next(s) % 600, excerpt = fuzz::next(s) % 200;
     all_ways(data, size, h ^ 1, max, excerpt);
