@@ -32,15 +32,17 @@ LEFTOVER_DIRS = $(abspath $(BUILD)) \
 test: test-core $(if $(RUN_SHIPPING),test-shipping) ## every test: test-core, test-shipping, then no test process left running
 	tests/leftovers.py $(LEFTOVER_DIRS)
 
-test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring and man page checks, test-tree
+test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring, man page and drift checks, test-tree, the demo
 ifeq ($(SAN),)
 	tests/monitoring/run.sh
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/doc_drift.sh
 endif
 	$(TEST_ENV) tests/run.sh $(BUILD)/tests/unit $(BUILD)/tests/integration
 ifeq ($(SAN),)
 	tests/tree/make_help.sh
 	tests/tree/spdx.sh
+	DEMO_HOLD=0 tests/demo.sh $(BUILD)
 endif
 
 # Checks on the tree itself: every target has its line in `make help`, every source file its
@@ -49,8 +51,9 @@ test-tree: ## checks on the tree: `make help` lists every target; SPDX lines
 	tests/tree/make_help.sh
 	tests/tree/spdx.sh
 
-test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages; mandoc -Tlint is clean
+test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages, mandoc -Tlint is clean, and the numbers they quote match the code (doc_drift.sh)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/doc_drift.sh
 
 # Alerting rules and Grafana dashboard (packaging/monitoring): promtool checks and unit tests.
 monitoring: ## promtool checks and unit tests of the alerting rules and the Grafana dashboard

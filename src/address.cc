@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing and printing of host:port strings and socket addresses.
 #include "kprism/address.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Admin HTTP connections: accept (at most Admin::kMaxConnections), read one bounded request head
 // within a deadline, answer from memory with uv_write, then close; and the routes.
 #include "kprism/admin.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The chunk free list behind every read buffer.
 #include "kprism/buffer_pool.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Configuration schema, TOML and flag parsing, whole-config validation and rendering.
 #include "kprism/config.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The splice: accept, connect upstream with timeout and retries, replay a silent upstream's first
 // flight elsewhere, then copy bytes both ways with backpressure (one pooled chunk per direction at
 // most, none while idle), half-close, RST propagation, and closes when the upstream goes down.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Health bookkeeping: checkers and their results, passive failures, hostname resolution, up/down
 // changes, closes on down, no-ready episodes, and applying a reloaded endpoint list.
 #include "kprism/control_plane.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Parsing and printing of Go-style durations for config values and flags.
 #include "kprism/duration.h"
 

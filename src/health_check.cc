@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Readiness probes: scheduling with jitter, the connect -> TLS -> request -> response phases, and
 // turning each outcome into one of the result classes.
 #include "kprism/health_check.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kprism's own liveness: the heartbeat timer, the stall verdict behind /healthz, and the SIGUSR2
 // stall test hook.
 #include "kprism/heartbeat.h"

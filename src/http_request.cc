@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Request line, headers and bounds of an admin HTTP request; path and query split.
 #include "kprism/http_request.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status line, headers and a bounded body excerpt of a probe response.
 #include "kprism/http_response.h"
 

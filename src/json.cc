@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bounds around nlohmann-json: a size limit before parsing, a depth limit while parsing (a
 // parser callback), and replacement of invalid UTF-8 when dumping.
 #include "kprism/json.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Listening sockets: bind, listen, and accept errors that must neither spin nor crash.
 #include "kprism/listener.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Structured logging: logfmt or JSON lines on stderr, written with one write(2) each.
 #include "kprism/log.h"
 

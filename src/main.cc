@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Entry point: command line, `check`, and running the daemon until it has drained.
 #include <fmt/format.h>
 #include <signal.h>

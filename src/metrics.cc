@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prometheus text rendering of a Snapshot, and taking the snapshot from the Server.
 #include "kprism/metrics.h"
 

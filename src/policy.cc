@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Selection policies (random, least-connections, latency) and the eligibility rules around them.
 #include "kprism/policy.h"
 

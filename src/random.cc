@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // splitmix64-seeded xorshift64* generator; the loop is single-threaded so no locking.
 #include "kprism/random.h"
 

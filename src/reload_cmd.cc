@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kprism reload`: SIGHUP to the daemon that answers on the admin endpoint, then /status polled
 // until its reload generation moves (a blocking CLI, like `kprism status`).
 #include "kprism/reload_cmd.h"

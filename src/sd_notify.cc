@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Talking to systemd: sd_notify messages, the watchdog interval, and socket-activation fds.
 #include "kprism/sd_notify.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Daemon lifecycle: listeners, signals, the connection list and its limit, drain on shutdown, stats.
 #include "kprism/server.h"
 

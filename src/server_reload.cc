@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Live reload (SIGHUP): the new configuration is loaded and validated whole, new listeners are
 // bound, and only then is anything changed; a failure at either step keeps the old one in force.
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Server's side of systemd: sockets passed by socket activation, READY/STATUS, the watchdog.
 #include <fmt/format.h>
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // setsockopt() calls that libuv does not wrap (keepalive interval/count, TCP_USER_TIMEOUT).
 #include "kprism/sockopt.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The /status JSON document (render and parse, with nlohmann-json) and the /readyz text of a Snapshot.
 #include "kprism/status.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kprism status`: one GET /status from the admin endpoint (a blocking socket with a deadline: it
 // is a CLI; the response read by HttpResponseParser), printed as a table; the exit status says
 // whether some upstream is up.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading and hot-reloading the client certificate, key and CA for readiness checks.
 #include "kprism/tls_context.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // toml++ with kprism's workarounds (toml_compat.h): the table-header pre-check and the parse
 // errors, positioned, as one line each.
 #include "kprism/toml_compat.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Upstream bookkeeping: the rise/fall state machine, passive backoff with jitter, latency tiers,
 // and the one log line for each change.
 #include "kprism/upstream.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one place the build's version string is compiled in (rebuilt when it changes).
 #include "kprism/version.h"
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The demo behind `make run`: kprism in front of three TLS stand-in apiservers on loopback,
 # checking each with GET /readyz over mTLS (a test PKI made on the spot with the openssl CLI).
 # One stand-in's /readyz turns 500 while it still accepts TCP at once (an apiserver that lost

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Endpoint and listen address syntax: "host:port", "[v6]:port", IP literals, loopback checks.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin HTTP endpoint on health.bind_address:health.port: /healthz, /readyz, /metrics, /status.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pooled memory of the data path: I/O chunks for reads and libuv request structs (write, shutdown,
 // connect), taken only while in flight, so an idle connection holds neither.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Configuration: one declarative schema, read from TOML and flags, validated whole, immutable after.
 #pragma once
 

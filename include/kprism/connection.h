@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One client connection spliced to one upstream: connect (with retries), then bytes both ways.
 #pragma once
 

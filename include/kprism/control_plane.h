@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control plane as kprism sees it: the upstreams, their readiness checks and passive signals,
 // hostname resolution, up/down changes and what follows from them (closes on down, no-ready
 // episodes).

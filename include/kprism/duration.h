@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Go-style duration strings ("500ms", "5s", "1m30s", "1.5h") to and from milliseconds.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The readiness probe of one upstream: TCP connect, TLS with the kubelet's client certificate
 // (OpenSSL over memory BIOs, socket I/O on the libuv loop), GET /readyz, classified result.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // kprism's own liveness: a 1 s heartbeat timer on the event loop, and whether it kept time.
 #pragma once
 

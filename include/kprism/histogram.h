@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fixed-bucket histogram of durations in seconds, as Prometheus exposes them.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bounded parser of one HTTP/1.x request head, for the admin endpoint; clients are untrusted.
 //
 // Hand-written on purpose, like the response parser (http_response.h): Debian 12 has no maintained

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Bounded parser of an HTTP/1.x response: the readiness probe's (the upstream is untrusted input)
 // and the admin endpoint's /status as `kprism status` and `kprism reload` read it. Hand-written and
 // fuzzed for the reason given in http_request.h.

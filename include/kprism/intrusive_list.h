@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A doubly linked list threaded through its elements' own `prev`/`next` members: linking and
 // unlinking never allocate, and an element unlinks itself in O(1) from its close callback.
 #pragma once

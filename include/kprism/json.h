@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // JSON for the /status document, with nlohmann-json: the daemon renders it with json_dump(), and
 // `kprism status` / `kprism reload` read it with parse_json(), which bounds the input first.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A bound, listening TCP socket that hands each accepted client to a new Connection.
 #pragma once
 

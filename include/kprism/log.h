@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Structured logging: one line per event, logfmt (default) or JSON, to stderr.
 #pragma once
 

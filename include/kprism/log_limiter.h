@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // At most one log line a second for an event that can repeat thousands of times a second.
 #pragma once
 

@@ -1,4 +1,8 @@
+// SPDX-License-Identifier: Apache-2.0
 // A snapshot of the daemon's counters and state, and its Prometheus text rendering (/metrics).
+//
+// The text format is rendered here rather than with prometheus-cpp: that library brings threads and
+// an HTTP server of its own, where kprism has one event loop and serves /metrics from it.
 #pragma once
 
 #include <cstdint>

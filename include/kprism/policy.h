@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Upstream selection: which upstream a new connection (or a retry of it) goes to.
 #pragma once
 

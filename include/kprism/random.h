@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fast non-cryptographic randomness for selection and jitter (xoshiro-style, seeded once).
 #pragma once
 

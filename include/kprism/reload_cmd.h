@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kprism reload`: makes a running kprism re-read its configuration and reports the outcome, for
 // systemd's ExecReload= (so that `systemctl reload` fails when the new file is rejected).
 #pragma once

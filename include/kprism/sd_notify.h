@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // systemd integration: readiness notification, watchdog, and sockets passed by socket activation.
 //
 // The dynamic build uses libsystemd (sd_notify, sd_listen_fds_with_names, sd_watchdog_enabled); the

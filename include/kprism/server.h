@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon: owns the loop's long-lived handles, the upstreams and every live Connection.
 #pragma once
 

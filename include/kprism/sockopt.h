@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TCP socket options of both sides of every spliced connection: set on each upstream socket, and
 // on the listening sockets, whose accepted sockets inherit them (Linux copies TCP_NODELAY,
 // SO_KEEPALIVE, the keepalive timings and TCP_USER_TIMEOUT to each accepted socket), so an accept

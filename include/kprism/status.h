@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The admin endpoint's views of a Snapshot: the /status JSON document (rendered by the daemon,
 // parsed by `kprism status`) and the /readyz text.
 #pragma once

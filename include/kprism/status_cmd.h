@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // `kprism status`: asks a running kprism's admin endpoint for /status and prints a table; and the
 // pieces `kprism reload` (reload_cmd.h) shares with it.
 #pragma once

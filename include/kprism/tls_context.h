@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The health checker's TLS client context: kubelet's client certificate, the cluster CA, and
 // reloading both when the files change (kubelet rotates its certificate by re-pointing a symlink).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // toml++ as kprism includes it: every workaround for a toml++ defect found by fuzzing lives here,
 // each with the upstream release that makes it unnecessary. Include toml++ only through this file.
 //

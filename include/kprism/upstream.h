@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Upstream (kube-apiserver) state: address, readiness verdict with rise/fall, passive failure
 // backoff, latency tier and counters.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The version string, set by the Makefile from git (compiled into src/version.cc only).
 #pragma once
 
