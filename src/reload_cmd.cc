@@ -52,7 +52,13 @@ int reload_command(const CommandLine& cl) {
     std::string err;
     switch (fetch_status(t, std::max(ms_left(deadline), 1), before, err)) {
     case FetchStatus::ok: break;
-    case FetchStatus::unreachable: return fail(kReloadError, "cannot reach the admin endpoint at {}: {}", t.where, err);
+    case FetchStatus::unreachable:
+        // The address comes from the file being reloaded: a changed health.port/bind_address points
+        // where the daemon is not listening yet (those keys wait for a restart).
+        return fail(kReloadError,
+                    "cannot reach the admin endpoint at {}: {}; nothing was sent (if the file changes "
+                    "health.bind_address or health.port, restart kprism: those take effect at a restart)",
+                    t.where, err);
     case FetchStatus::unexpected:
         return fail(kReloadError, "unexpected answer from the admin endpoint at {}: {}", t.where, err);
     }

@@ -329,7 +329,8 @@ TEST(ReloadCommand, NoDaemonExitsTwoAtOnce) {
     auto r = run({kprism_bin(), "reload", "--health-port", std::to_string(unused), "--pid", "1"});
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_EQ(r.output, "kprism reload: cannot reach the admin endpoint at 127.0.0.1:" + std::to_string(unused) +
-                            ": connection refused\n");
+                            ": connection refused; nothing was sent (if the file changes health.bind_address or "
+                            "health.port, restart kprism: those take effect at a restart)\n");
     EXPECT_LT(Clock::now() - t0, 2s);
 }
 
@@ -384,4 +385,20 @@ TEST(ReloadCommand, NoOutcomeTimesOutWithThree) {
     EXPECT_GE(requests.load(), 5) << "polled every 50 ms";
     EXPECT_TRUE(deaf.running());
     deaf.signal(SIGKILL);
+}
+
+// The admin address is a restart-only setting (OptionDef::reloadable): a reload that changes it
+// says so, applies the rest, and the admin endpoint stays where it was.
+TEST(Reload, RestartOnlySettingKeepsItsValue) {
+    TcpServer a(TcpServer::echo), b(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    Kprism k({}, {"--config", cf.path});
+    ASSERT_TRUE(k.wait_output("msg=started"));
+    cf.write(endpoints_toml({a.endpoint(), b.endpoint()}, "[health]\nbind_address = \"127.0.0.2\"\n"));
+    ASSERT_TRUE(reload(k));
+    EXPECT_TRUE(k.wait_output("msg=\"setting not reloaded: it takes effect at the next restart\" key=health.bind_address"));
+    EXPECT_TRUE(k.wait_output("endpoint_added=" + b.endpoint()));
+    auto st = status_json(k.admin_port);  // still on 127.0.0.1
+    EXPECT_EQ(st["upstreams"].size(), 2u);
 }
