@@ -1,0 +1,529 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# kprism.service under a real systemd 252 as PID 1: a minimal Debian 12 tree (debootstrap
+# --variant=minbase, cached in build/systemd-root) booted with systemd-nspawn, kprism installed
+# the way a user gets it (the package build/kprism_*.deb with dpkg -i if a fresh one exists, else
+# the static binary build/static/kprism if fresh, else `make install`), two TLS stand-in
+# apiservers on the host's loopback requiring a client certificate (the container shares the
+# host's network namespace). It checks: the start (copy of the kubelet's root-only key, READY,
+# the upstream up through `kprism status`), `systemctl reload` applying an added endpoint, and
+# failing, with kprism reload's reason in the journal and `systemctl status`, for a TOML syntax
+# error, a value out of bounds and a listen address that cannot be bound, while the service
+# keeps running the old configuration and passing TLS through; all without /bin/kill (no
+# procps in the tree). Then a kubelet-style certificate rotation picked up through
+# kprism-cert.path. One "ok"/"FAIL" line per check, then "systemd-reload: N passed, M failed".
+#
+# Root only; prints "skip: ..." and exits 0 without root, debootstrap, systemd-nspawn or
+# overlayfs. The cached tree is never modified: each run boots an overlay of it, removed at exit.
+# Environment: BUILD (default build: kprism-standin, make install), SYSTEMD_ROOT (the cached
+# tree, default build/systemd-root), KPRISM_INSTALL=deb|static|make (force one way), KPRISM_DEB
+# (the package to use, default the newest build/kprism_*.deb), KPRISM_STATIC (default
+# build/static/kprism),
+# DEBIAN_MIRROR (default http://deb.debian.org/debian), KEEP=1 (leave the run directory),
+# HOLD=SECONDS (keep the container running at the end, to look around).
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+TOP=$PWD
+NAME=systemd-reload
+BUILD=${BUILD:-build}
+CACHE=${SYSTEMD_ROOT:-build/systemd-root}
+MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The tree: systemd as init and the libraries a dynamically linked kprism needs (libsystemd0
+# comes with systemd). Anything else a package Depends on is installed with apt-get at test time.
+INCLUDE=systemd,libuv1,libfmt9,libssl3
+BOOTSTRAP=(debootstrap --variant=minbase "--include=$INCLUDE" bookworm)
+
+[ "$(id -u)" = 0 ] || { echo "skip: $NAME needs root (debootstrap, mounts, systemd-nspawn)"; exit 0; }
+for t in debootstrap systemd-nspawn nsenter openssl curl python3 timeout flock; do
+    command -v "$t" >/dev/null || { echo "skip: $NAME needs $t (apt-get install systemd-container debootstrap)"; exit 0; }
+done
+grep -qw overlay /proc/filesystems || modprobe overlay 2>/dev/null
+grep -qw overlay /proc/filesystems || { echo "skip: $NAME needs overlayfs"; exit 0; }
+
+started=$SECONDS
+passed=0 failed=0
+ok() { echo "ok $*"; passed=$((passed + 1)); }
+bad() { echo "FAIL $*"; failed=$((failed + 1)); }
+note() { echo "# $*"; }
+die() { echo "FAIL $*"; failed=$((failed + 1)); finish; }
+finish() {
+    echo "$NAME: $passed passed, $failed failed ($((SECONDS - started)) s)"
+    [ "$failed" = 0 ] && exit 0 || exit 1
+}
+# wait_for SECONDS CMD...: poll CMD every 0.2 s until it succeeds or the deadline passes.
+wait_for() {
+    local end=$((SECONDS + $1)); shift
+    until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.2; done
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+indent() { sed 's/^/#   /'; }
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/kprism-systemd.XXXXXX")
+ROOT=$T/root
+NSPAWN_PID='' CPID='' mounted_nspawn_tmpfs=0 mounted_root=0
+standins=()
+cleanup() {
+    trap - EXIT INT TERM
+    if [ -n "$CPID" ] && kill -0 "$CPID" 2>/dev/null; then
+        timeout 10 nsenter -t "$CPID" -a /usr/bin/systemctl --no-block poweroff >/dev/null 2>&1
+    fi
+    if [ -n "$NSPAWN_PID" ]; then
+        local end=$((SECONDS + 20))
+        while kill -0 "$NSPAWN_PID" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+        if kill -0 "$NSPAWN_PID" 2>/dev/null; then
+            kill -TERM "$NSPAWN_PID" 2>/dev/null; end=$((SECONDS + 10))
+            while kill -0 "$NSPAWN_PID" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+        fi
+        kill -0 "$NSPAWN_PID" 2>/dev/null && kill -KILL "$NSPAWN_PID" 2>/dev/null
+        [ -n "$CPID" ] && kill -0 "$CPID" 2>/dev/null && kill -KILL "$CPID" 2>/dev/null
+        wait "$NSPAWN_PID" 2>/dev/null
+    fi
+    for p in "${standins[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+    if [ "$mounted_root" = 1 ]; then umount "$ROOT" 2>/dev/null || umount -l "$ROOT"; fi
+    if [ "$mounted_nspawn_tmpfs" = 1 ]; then umount /run/systemd/nspawn 2>/dev/null || umount -l /run/systemd/nspawn; fi
+    if [ "${KEEP:-0}" = 1 ]; then echo "# kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'bad "interrupted"; finish' INT TERM
+
+# ---- The cached tree: debootstrap once, reused while its stamp matches the command. ----
+stamp="${BOOTSTRAP[*]} $MIRROR"
+# Runs at the same time share the tree: an exclusive lock to check or make it, then a shared
+# one while it is the overlay's lower layer (fd 9, closed for the long-lived children).
+mkdir -p "$(dirname "$CACHE")"
+exec 9>"$CACHE.lock"
+flock -x -w 900 9 || die "cannot lock $CACHE.lock"
+if [ -f "$CACHE/.kprism-tree" ] && [ "$(cat "$CACHE/.kprism-tree")" = "$stamp" ]; then
+    note "tree: cached $CACHE"
+else
+    note "tree: debootstrap into $CACHE (takes a minute or two)"
+    rm -rf "$CACHE.tmp" "$CACHE"
+    t0=$SECONDS
+    if ! timeout 900 "${BOOTSTRAP[@]}" "$CACHE.tmp" "$MIRROR" >"$T/debootstrap.log" 2>&1; then
+        tail -20 "$T/debootstrap.log" | indent
+        die "debootstrap of the minimal tree failed (log above)"
+    fi
+    echo "$stamp" > "$CACHE.tmp/.kprism-tree"
+    mv "$CACHE.tmp" "$CACHE"
+    note "tree: debootstrap took $((SECONDS - t0)) s"
+fi
+flock -s 9
+
+# ---- How kprism gets installed. ----
+# Fresh = newer than every tracked file it is built from (working-tree mtimes, so another
+# engineer's uncommitted edit makes it stale too).
+newest() { git ls-files -z -- "$@" | xargs -0 stat -c %Y 2>/dev/null | sort -n | tail -1; }
+src_newest=$(newest src include Makefile mk); src_newest=${src_newest:-0}
+pkg_newest=$(newest src include Makefile mk packaging man); pkg_newest=${pkg_newest:-0}
+deb=${KPRISM_DEB:-$(ls -t build/kprism_*.deb 2>/dev/null | head -1)}
+static_bin=${KPRISM_STATIC:-build/static/kprism}
+how=${KPRISM_INSTALL:-}
+if [ -z "$how" ]; then
+    if [ -n "$deb" ] && [ "$(stat -c %Y "$deb")" -ge "$pkg_newest" ]; then how=deb
+    elif [ -x "$static_bin" ] && [ "$(stat -c %Y "$static_bin")" -ge "$src_newest" ]; then how=static
+    else how="make"; fi
+    [ -n "$deb" ] && [ "$how" != deb ] && note "install: $deb is older than the sources, not used"
+fi
+case $how in
+deb)
+    [ -f "$deb" ] || die "KPRISM_INSTALL=deb but no package (build/kprism_*.deb, KPRISM_DEB)"
+    cp "$deb" "$T/kprism.deb"  # make deb may replace it meanwhile
+    note "install: the Debian package $deb (dpkg -i in the container)" ;;
+static)
+    [ -x "$static_bin" ] || die "KPRISM_INSTALL=static but no $static_bin"
+    cp "$static_bin" "$T/kprism.static"
+    note "install: make install DESTDIR=<tree> PREFIX=/usr BUILD=$BUILD, binary replaced by the static $static_bin" ;;
+make)
+    note "install: make install DESTDIR=<tree> PREFIX=/usr BUILD=$BUILD, runtime libraries from Debian in the tree" ;;
+*) die "KPRISM_INSTALL is deb, static or make, not '$how'" ;;
+esac
+if [ ! -x "$BUILD/kprism-standin" ] || { [ "$how" = make ] && [ ! -x "$BUILD/kprism" ]; }; then
+    note "building $BUILD (make -j2 BUILD=$BUILD all)"
+    make -j2 BUILD="$BUILD" all >"$T/make.log" 2>&1 || { tail -20 "$T/make.log" | indent; die "make BUILD=$BUILD all failed"; }
+fi
+STANDIN=$TOP/$BUILD/kprism-standin
+
+# ---- The overlay: the cached tree stays as it is. ----
+mkdir -p "$T/upper" "$T/work" "$ROOT"
+mount -t overlay overlay -o "lowerdir=$TOP/$CACHE,upperdir=$T/upper,workdir=$T/work" "$ROOT" \
+    || die "cannot mount an overlay of $CACHE"
+mounted_root=1
+if [ "$how" != deb ]; then
+    if ! make --no-print-directory install DESTDIR="$ROOT" PREFIX=/usr BUILD="$BUILD" >"$T/install.log" 2>&1; then
+        tail -20 "$T/install.log" | indent; die "make install DESTDIR=<tree> failed"
+    fi
+    [ "$how" = static ] && install -m 0755 "$T/kprism.static" "$ROOT/usr/bin/kprism"
+fi
+
+# ---- Test PKI: CA, serving certificate for the stand-ins, a kubelet client certificate. ----
+pki=$T/pki; mkdir -m 0700 "$pki"
+o() { openssl "$@" >>"$T/openssl.log" 2>&1 || die "openssl $1 failed: $(tail -3 "$T/openssl.log")"; }
+ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+o req -x509 "${ec[@]}" -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 2 -subj /CN=kprism-systemd-test-ca
+o req "${ec[@]}" -keyout "$pki/srv.key" -out "$pki/srv.csr" -subj /CN=kube-apiserver
+o x509 -req -in "$pki/srv.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 -out "$pki/srv.crt" \
+    -extfile <(printf 'subjectAltName=IP:127.0.0.1,IP:127.0.0.21,IP:127.0.0.22\nextendedKeyUsage=serverAuth\n')
+cat "$pki/srv.crt" "$pki/srv.key" > "$pki/srv.pem"
+client() {  # client NAME DAYS: $pki/NAME.pem, a kubelet client certificate and its key in one file
+    o req "${ec[@]}" -keyout "$pki/$1.key" -out "$pki/$1.csr" -subj "/O=system:nodes/CN=system:node:test"
+    o x509 -req -in "$pki/$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days "$2" -out "$pki/$1.crt" \
+        -extfile <(printf 'extendedKeyUsage=clientAuth\n')
+    cat "$pki/$1.crt" "$pki/$1.key" > "$pki/$1.pem"
+}
+client client1 2; client client2 3  # another expiry: "client certificate rotated"
+# Into the tree the way kubeadm and kubelet leave them: the CA 0644, the client certificate and
+# key in one root-only file reached through kubelet-client-current.pem.
+install -D -m 0644 "$pki/ca.crt" "$ROOT/etc/kubernetes/pki/ca.crt"
+install -d -m 0700 "$ROOT/var/lib/kubelet/pki"
+install -m 0600 "$pki/client1.pem" "$ROOT/var/lib/kubelet/pki/kubelet-client-2000-01-01-00-00-00.pem"
+ln -s /var/lib/kubelet/pki/kubelet-client-2000-01-01-00-00-00.pem "$ROOT/var/lib/kubelet/pki/kubelet-client-current.pem"
+
+# ---- Stand-in apiservers on the host: TLS, client certificate required. ----
+# standin NAME IP: listens on IP:0 and reports the port on its first line.
+standin() {
+    "$STANDIN" --listen "$2:0" --name "$1" --tls-cert "$pki/srv.pem" --client-ca "$pki/ca.crt" \
+        >"$T/$1.log" 2>&1 9>&- &
+    standins+=($!)
+    wait_for 5 grep -q '^listening ' "$T/$1.log" || die "stand-in $1 did not start: $(cat "$T/$1.log")"
+    printf -v "$1" '%s' "$(sed -n '1s/^listening \([^ ]*\) .*/\1/p' "$T/$1.log")"
+}
+standin standin_a 127.0.0.21
+standin standin_b 127.0.0.22
+# shellcheck disable=SC2154
+note "stand-ins: standin_a=$standin_a standin_b=$standin_b"
+DPORT=$(free_port) APORT=$(free_port)
+while [ "$APORT" = "$DPORT" ]; do APORT=$(free_port); done
+note "kprism: data 127.0.0.1:$DPORT, admin 127.0.0.1:$APORT (the container shares the host's network)"
+
+# write_config ENDPOINTS [SED-EXPRESSION...]: /etc/kprism/kprism.toml in the tree, made the way
+# a user makes it: the shipped file ($T/kprism.toml.dist, see below) with endpoints and the ports
+# set, faster checks for the test, and the given edits.
+write_config() {
+    local eps=$1 e args
+    shift
+    args=(-e "s|^endpoints = .*|endpoints = [$eps]|" -e "s|^bind_port = .*|bind_port = $DPORT|"
+          -e "s|^port = .*|port = $APORT|" -e 's|^interval = .*|interval = "1s"|'
+          -e 's|^fast_interval = .*|fast_interval = "200ms"|' -e 's|^timeout = .*|timeout = "800ms"|')
+    for e; do args+=(-e "$e"); done
+    sed "${args[@]}" "$T/kprism.toml.dist" > "$ROOT/etc/kprism/kprism.toml.new" || die "sed on the configuration failed"
+    chmod 0644 "$ROOT/etc/kprism/kprism.toml.new"
+    mv -f "$ROOT/etc/kprism/kprism.toml.new" "$ROOT/etc/kprism/kprism.toml"
+}
+
+# ---- Boot systemd as PID 1. ----
+if ! mountpoint -q /run/systemd/nspawn; then
+    mkdir -p /run/systemd/nspawn
+    mount -t tmpfs -o mode=0755 tmpfs /run/systemd/nspawn || die "cannot mount a tmpfs on /run/systemd/nspawn"
+    mounted_nspawn_tmpfs=1
+fi
+t0=$SECONDS
+systemd-nspawn -D "$ROOT" --register=no --keep-unit -b --console=read-only \
+    --machine="kprism-test-$$" >"$T/nspawn.log" 2>&1 </dev/null 9>&- &
+NSPAWN_PID=$!
+find_init() {  # the container's PID 1: nspawn's child whose pid in its own namespace is 1
+    local s
+    for s in /proc/[0-9]*/status; do
+        awk -v n="$NSPAWN_PID" '/^PPid:/ { pp = $2 } /^NSpid:/ { last = $NF; cnt = NF }
+            END { exit !(pp == n && cnt > 2 && last == 1) }' "$s" 2>/dev/null || continue
+        s=${s#/proc/}; CPID=${s%/status}; return 0
+    done
+    return 1
+}
+wait_for 20 find_init || { tail -20 "$T/nspawn.log" | indent; die "systemd-nspawn started no container"; }
+PATH_C=/usr/sbin:/usr/bin:/sbin:/bin
+# C CMD...: run CMD in the container (all its namespaces), at most 90 s.
+C() { timeout 90 nsenter -t "$CPID" -a env -i PATH=$PATH_C LANG=C.UTF-8 SYSTEMD_COLORS=0 "$@"; }
+booted() { s=$(C systemctl is-system-running 2>/dev/null); [ "$s" = running ] || [ "$s" = degraded ]; }
+if wait_for 60 booted; then
+    ok "systemd $(C systemctl --version | sed -n '1s/^systemd \([0-9]*\).*/\1/p') is PID 1 in the minimal Debian 12 tree (state $s, boot $((SECONDS - t0)) s)"
+else
+    tail -20 "$T/nspawn.log" | indent
+    die "the container did not boot (state '$(C systemctl is-system-running 2>&1)')"
+fi
+[ "$s" = degraded ] && C systemctl --failed --no-pager --plain | indent
+
+# ---- Install. ----
+if [ "$how" = deb ]; then
+    deps=$(dpkg-deb -f "$T/kprism.deb" Depends)
+    note "package Depends: $deps"
+    # First alternative of each dependency, without version: what is missing in the tree.
+    missing=()
+    for d in $(sed 's/([^)]*)//g; s/|[^,]*//g; s/,/ /g' <<<"$deps"); do
+        C dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'install ok installed' || missing+=("$d")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        note "apt-get install ${missing[*]} in the container (the package depends on them)"
+        C sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"' \
+            sh "${missing[@]}" >"$T/apt.log" 2>&1 || { tail -10 "$T/apt.log" | indent; bad "apt-get install ${missing[*]}"; }
+    fi
+    cp "$T/kprism.deb" "$ROOT/root/kprism.deb"  # (the container has its own tmpfs on /tmp)
+    if out=$(C dpkg -i /root/kprism.deb 2>&1); then
+        ok "dpkg -i $(basename "$deb") in the container (Depends satisfied)"
+    else
+        echo "$out" | indent; die "dpkg -i failed"
+    fi
+else
+    # The packages that hold the binary's libraries on the host, where it was linked.
+    if [ "$how" = make ]; then
+        pkgs=$(ldd "$BUILD/kprism" | awk '/=>/ { print $3 }' | while read -r l; do
+                   dpkg -S "$l" 2>/dev/null || dpkg -S "$(realpath "$l")" 2>/dev/null; done |
+               sed 's/:.*//' | sort -u)
+        missing=()
+        for d in $pkgs; do
+            C dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'install ok installed' || missing+=("$d")
+        done
+        if [ ${#missing[@]} -gt 0 ]; then
+            note "apt-get install ${missing[*]} in the container (the binary links them)"
+            C sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"' \
+                sh "${missing[@]}" >"$T/apt.log" 2>&1 || { tail -10 "$T/apt.log" | indent; bad "apt-get install ${missing[*]}"; }
+        fi
+    fi
+    C systemctl daemon-reload
+fi
+# The file to edit: the package's conffile, or with make install the example with the client
+# certificate pointed at the copy (packaging/systemd/README.md: "With make install, set them
+# yourself").
+mkdir -p "$ROOT/etc/kprism"
+if [ "$how" = deb ]; then
+    cp "$ROOT/etc/kprism/kprism.toml" "$T/kprism.toml.dist" || die "the package installed no /etc/kprism/kprism.toml"
+    [ "$(grep -c '^client_\(cert\|key\) = "/run/kprism/kubelet-client.pem"' "$T/kprism.toml.dist")" = 2 ] \
+        && ok "the package's /etc/kprism/kprism.toml reads the key copy /run/kprism/kubelet-client.pem" \
+        || bad "the package's /etc/kprism/kprism.toml does not point client_cert/client_key at the copy"
+else
+    sed 's#^\(client_\(cert\|key\) = \)".*"#\1"/run/kprism/kubelet-client.pem"#' \
+        "$ROOT/usr/share/doc/kprism/kprism.toml.example" > "$T/kprism.toml.dist" || die "make install put no example"
+fi
+for k in endpoints bind_port port interval fast_interval timeout policy max_connections; do
+    [ "$(grep -c "^$k = " "$T/kprism.toml.dist")" = 1 ] || die "the shipped file has no single '$k = ' line to edit"
+done
+if lddout=$(C ldd /usr/bin/kprism 2>&1) && grep -q 'not found' <<<"$lddout"; then
+    echo "$lddout" | grep 'not found' | indent; bad "libraries missing for /usr/bin/kprism in the tree"
+fi
+if v=$(C /usr/bin/kprism --version 2>&1); then ok "installed ($how): $v"
+else echo "$v" | indent; die "/usr/bin/kprism does not run in the tree"; fi
+[ "$(C systemctl show -p LoadState --value kprism.service)" = loaded ] || die "kprism.service is not loaded"
+[ "$(C systemctl show -p UnitFileState --value kprism.service)" = disabled ] && note "kprism.service is installed disabled, as documented"
+
+# ---- No /bin/kill, no procps. ----
+if C dpkg-query -W -f='${Status}' procps 2>/dev/null | grep -q 'install ok installed'; then
+    note "procps is installed in the tree; removing it for the test"
+    C dpkg --purge --force-depends procps >/dev/null 2>&1
+fi
+if [ ! -e "$ROOT/bin/kill" ] && [ ! -e "$ROOT/usr/bin/kill" ] && ! C sh -c 'command -v -p kill | grep -q /' \
+        && ! C dpkg-query -W -f='${Status}' procps 2>/dev/null | grep -q 'install ok installed'; then
+    ok "no /bin/kill, no procps in the tree"
+else bad "a kill(1) binary is in the tree: $(ls -l "$ROOT"/bin/kill "$ROOT"/usr/bin/kill 2>&1 | tr '\n' ' ')"; fi
+er=$(C systemctl show -p ExecReload --value kprism.service)
+grep -q 'path=/usr/bin/kprism ; argv\[\]=/usr/bin/kprism reload --config /etc/kprism/kprism.toml --pid \$MAINPID' <<<"$er" \
+    && ok "ExecReload is kprism reload --pid \$MAINPID" || bad "ExecReload: $er"
+
+# ---- Start. ----
+write_config "\"$standin_a\""
+prop() { C systemctl show -p "$1" --value kprism.service; }
+jcursor() { C journalctl -u kprism.service -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'; }
+jsince() {  # the unit's journal after cursor $1 (all of it when $1 is empty: nothing logged before)
+    if [ -n "$1" ]; then C journalctl -u kprism.service --after-cursor="$1" --no-pager -o cat
+    else C journalctl -u kprism.service --no-pager -o cat; fi
+}
+jall() { C journalctl -u kprism.service --no-pager -o short-iso; }
+status_json() { curl -s -m 3 "http://127.0.0.1:$APORT/status"; }
+# ups N: /status lists exactly N upstreams, all up.
+ups() { status_json | python3 -c '
+import json, sys
+u = json.load(sys.stdin)["upstreams"]
+sys.exit(not (len(u) == int(sys.argv[1]) and all(x.get("state") == "up" for x in u)))' "$1" 2>/dev/null; }
+# through NAME...: a TLS request with the client certificate through kprism's data port reaches one of NAME.
+through() {
+    local r
+    r=$(curl -s -m 5 --cacert "$pki/ca.crt" --cert "$pki/client1.crt" --key "$pki/client1.key" \
+        "https://127.0.0.1:$DPORT/version") || return 1
+    for n; do [[ $r == "served by $n path /version" ]] && return 0; done
+    return 1
+}
+c0=$(jcursor)
+if out=$(C systemctl start kprism.service 2>&1); then ok "systemctl start kprism"
+else echo "$out" | indent; jall | tail -20 | indent; die "systemctl start kprism failed"; fi
+st=$(prop ActiveState)/$(prop SubState)
+[ "$st" = active/running ] && ok "kprism.service $st" || bad "kprism.service is $st"
+text_is() { [ "$(prop StatusText)" = "$1" ]; }
+wait_for 10 text_is "1/1 upstreams ready" && ok "READY, StatusText '$(prop StatusText)'" \
+    || bad "StatusText '$(prop StatusText)', not '1/1 upstreams ready'"
+MAINPID=$(prop MainPID)
+uid=$(C awk '/^Uid:/ { print $2 }' "/proc/$MAINPID/status" 2>/dev/null)  # MainPID is the container's pid
+[ -n "$uid" ] && [ "$uid" -ge 61184 ] && [ "$uid" -le 65519 ] && ok "runs as a dynamic user (uid $uid)" \
+    || bad "MainPID $MAINPID runs as uid '$uid', not a dynamic user"
+own=$(C stat -c '%u %a' /run/kprism/kubelet-client.pem 2>&1)
+[ "$own" = "$uid 400" ] && ok "the key copy /run/kprism/kubelet-client.pem is owned by uid $uid, mode 0400" \
+    || bad "the key copy: '$own', not '$uid 400'"
+jsince "$c0" | grep -q 'kprism-copy-cert: copied /var/lib/kubelet/pki/kubelet-client-current.pem to /run/kprism/kubelet-client.pem' \
+    && ok "ExecStartPre=+kprism-copy-cert copied the kubelet's key" || bad "no kprism-copy-cert line in the journal"
+sout=$(C kprism status --config /etc/kprism/kprism.toml 2>&1); src=$?
+if [ $src = 0 ] && grep -E "^$standin_a +.* up " <<<"$sout" >/dev/null; then ok "kprism status: $standin_a up"
+else echo "$sout" | indent; bad "kprism status (exit $src) does not show $standin_a up"; fi
+wait_for 5 through standin_a && ok "TLS through the data port to standin_a" || bad "no TLS request through 127.0.0.1:$DPORT"
+
+# ---- Reload: add the second endpoint. ----
+c1=$(jcursor)
+write_config "\"$standin_a\", \"$standin_b\""
+rout=$(C systemctl reload kprism.service 2>&1); rrc=$?
+[ $rrc = 0 ] && ok "systemctl reload kprism (endpoint added) exits 0" \
+    || { echo "$rout" | indent; bad "systemctl reload kprism exits $rrc"; }
+if wait_for 10 ups 2; then ok "/status lists both upstreams, up"
+else status_json | indent; bad "/status does not list two up upstreams"; fi
+sout=$(C kprism status --config /etc/kprism/kprism.toml 2>&1)
+grep -qE "^$standin_a +.* up " <<<"$sout" && grep -qE "^$standin_b +.* up " <<<"$sout" \
+    && ok "kprism status: both up" || { echo "$sout" | indent; bad "kprism status does not show both up"; }
+j=$(jsince "$c1")
+grep -q 'msg="configuration reloaded"' <<<"$j" && grep -q "endpoint_added=$standin_b" <<<"$j" \
+    && ok "journal: $(grep -m1 'configuration reloaded' <<<"$j" | cut -c1-160)" \
+    || { echo "$j" | indent; bad "no 'configuration reloaded' line naming $standin_b in the journal"; }
+grep -q "^kprism reload: configuration reloaded: .*endpoint_added=$standin_b" <<<"$j" \
+    && ok "journal has kprism reload's own line" || bad "no 'kprism reload: configuration reloaded' line from ExecReload"
+[ "$(prop MainPID)" = "$MAINPID" ] && [ "$(prop NRestarts)" = 0 ] && st=$(prop ActiveState)/$(prop SubState) \
+    && [ "$st" = active/running ] && ok "same MainPID $MAINPID, no restart, $st" \
+    || bad "after the reload: MainPID $(prop MainPID) (was $MAINPID), NRestarts $(prop NRestarts), $(prop ActiveState)/$(prop SubState)"
+wait_for 10 text_is "2/2 upstreams ready" && ok "StatusText '$(prop StatusText)'" || bad "StatusText '$(prop StatusText)'"
+if grep -qiE 'reception only permitted|Got notification message from PID' <<<"$(C journalctl -b --no-pager -o cat | grep -i notif)"; then
+    bad "systemd rejected a notification: $(C journalctl -b --no-pager -o cat | grep -i 'notification message' | head -2)"
+fi
+
+# ---- Rejected reloads: the old configuration keeps serving. ----
+# rejected LABEL EXPECT-IN-JOURNAL: systemctl reload fails, the reason is in the journal and
+# systemctl status, and the service runs on with both upstreams, passing TLS through.
+rejected() {
+    local label=$1 want=$2 c rout rrc j ss
+    c=$(jcursor)
+    rout=$(C systemctl reload kprism.service 2>&1); rrc=$?
+    if [ $rrc != 0 ]; then ok "$label: systemctl reload exits $rrc"
+    else bad "$label: systemctl reload exits 0"; fi
+    j=$(jsince "$c")
+    if grep -qE "$want" <<<"$j"; then
+        ok "$label: journal: $(grep -m1 -E "$want" <<<"$j" | cut -c1-200)"
+    else echo "$j" | indent; bad "$label: no line matching '$want' in the journal"; fi
+    ss=$(C systemctl status kprism.service --no-pager -l -n 15 2>&1)
+    grep -qE "$want" <<<"$ss" && ok "$label: systemctl status shows the reason" \
+        || { echo "$ss" | indent; bad "$label: systemctl status does not show the reason"; }
+    st=$(prop ActiveState)/$(prop SubState)
+    [ "$st" = active/running ] && [ "$(prop MainPID)" = "$MAINPID" ] && [ "$(prop NRestarts)" = 0 ] \
+        && ok "$label: still $st, same MainPID" \
+        || bad "$label: $st, MainPID $(prop MainPID) (was $MAINPID), NRestarts $(prop NRestarts)"
+    ups 2 && ok "$label: old configuration serving (both upstreams up in /status)" \
+        || { status_json | indent; bad "$label: /status changed"; }
+    wait_for 5 through standin_a standin_b && ok "$label: TLS still passes through the data port" \
+        || bad "$label: no TLS request through the data port"
+    echo "$rout" > "$T/reload-$label.out"
+}
+failures_metric() { curl -s -m 3 "http://127.0.0.1:$APORT/metrics" | sed -n 's/^kprism_config_reloads_total{result="failure"} \([0-9]*\).*/\1/p'; }
+
+# The loader's errors are caught by kprism reload itself, before anything is sent.
+f0=$(failures_metric)
+write_config "\"$standin_a\", \"$standin_b\"" 's|^policy = .*|policy = "random|'
+rejected "toml-syntax-error" 'kprism reload: reload failed; .*kprism.toml:[0-9]+:[0-9]+: invalid TOML'
+write_config "\"$standin_a\", \"$standin_b\"" 's|^max_connections = .*|max_connections = 0|'
+rejected "value-out-of-bounds" 'kprism reload: reload failed; .*kprism.toml:[0-9]+: max_connections: 0 out of range'
+f1=$(failures_metric)
+note "kprism_config_reloads_total{result=\"failure\"} $f0 -> $f1 after those two: kprism reload sent nothing, so the daemon (and KprismConfigReloadFailed) never saw them"
+# Valid as a file, but the daemon cannot bind it: 127.0.0.21:<standin_a's port> is taken.
+DPORT_SAVE=$DPORT; DPORT=${standin_a##*:}
+write_config "\"$standin_a\", \"$standin_b\"" '0,/^bind_address = .*/s//bind_address = ["127.0.0.21"]/'
+DPORT=$DPORT_SAVE
+rejected "address-in-use" "kprism reload: reload failed; the old configuration keeps serving: cannot listen on 127.0.0.21:${standin_a##*:}: address already in use"
+jall | grep -q 'reload failed; keeping the old configuration' \
+    && ok "address-in-use: the daemon logged 'reload failed; keeping the old configuration'" \
+    || bad "address-in-use: no 'reload failed; keeping the old configuration' from the daemon"
+f2=$(failures_metric)
+[ -n "$f2" ] && [ "$f2" = $(( ${f1:-0} + 1 )) ] && ok "kprism_config_reloads_total{result=\"failure\"} $f1 -> $f2" \
+    || bad "failure counter $f1 -> $f2"
+# And a good file after the bad ones applies.
+c2=$(jcursor)
+write_config "\"$standin_b\""
+if C systemctl reload kprism.service >/dev/null 2>&1 && wait_for 10 ups 1 && wait_for 5 through standin_b \
+        && jsince "$c2" | grep -q "endpoint_removed=$standin_a"; then
+    ok "a valid file after the rejected ones applies (endpoint $standin_a removed)"
+else bad "the valid file after the rejected ones: $(jsince "$c2" | tail -3 | tr '\n' ' ')"; fi
+
+# ---- A plain SIGHUP (systemctl kill -s HUP), what the man page offers for old versions. ----
+c4=$(jcursor)
+write_config "\"$standin_b\", \"$standin_a\""
+C systemctl kill -s HUP --kill-who=main kprism.service
+hup_done() { jsince "$c4" | grep -q 'msg="configuration reloaded" changes="endpoint_added='; }
+active_again() { [ "$(prop ActiveState)/$(prop SubState)" = active/running ]; }
+if wait_for 10 hup_done && wait_for 10 active_again && [ "$(prop MainPID)" = "$MAINPID" ] && wait_for 10 ups 2; then
+    ok "SIGHUP through systemctl kill: reloaded, active/running, same MainPID"
+else jsince "$c4" | indent; bad "SIGHUP through systemctl kill: $(prop ActiveState)/$(prop SubState)"; fi
+
+# ---- Certificate rotation the way kubelet does it, through kprism-cert.path. ----
+[ "$(C systemctl show -p ActiveState --value kprism-cert.path)" = active ] && ok "kprism-cert.path active" \
+    || bad "kprism-cert.path is $(C systemctl show -p ActiveState --value kprism-cert.path)"
+c3=$(jcursor)
+install -m 0600 "$pki/client2.pem" "$ROOT/var/lib/kubelet/pki/kubelet-client-2000-01-02-00-00-00.pem"
+ln -s /var/lib/kubelet/pki/kubelet-client-2000-01-02-00-00-00.pem "$ROOT/var/lib/kubelet/pki/.tmp-link"
+mv -T "$ROOT/var/lib/kubelet/pki/.tmp-link" "$ROOT/var/lib/kubelet/pki/kubelet-client-current.pem"
+rotated() { jsince "$c3" | grep -q 'client certificate rotated'; }
+if wait_for 15 rotated && C cmp -s /run/kprism/kubelet-client.pem /var/lib/kubelet/pki/kubelet-client-2000-01-02-00-00-00.pem; then
+    ok "rotation: kprism-cert.service copied the new certificate, kprism logged 'client certificate rotated'"
+else
+    C journalctl -u kprism-cert.service -u kprism-cert.path --no-pager -n 10 | indent
+    bad "rotation not picked up within 15 s"
+fi
+[ "$(prop MainPID)" = "$MAINPID" ] && ok "rotation: no restart" || bad "rotation restarted kprism"
+
+# ---- Socket activation: the socket units own the ports (drop-ins with this test's ports). ----
+# sockets ADMIN-PORT: kprism.socket on the data port, kprism-admin.socket on ADMIN-PORT, and
+# kprism.service restarted to take them over.
+sockets() {
+    mkdir -p "$ROOT/etc/systemd/system/kprism.socket.d" "$ROOT/etc/systemd/system/kprism-admin.socket.d"
+    printf '[Socket]\nListenStream=\nListenStream=127.0.0.1:%s\n' "$DPORT" > "$ROOT/etc/systemd/system/kprism.socket.d/test.conf"
+    printf '[Socket]\nListenStream=\nListenStream=127.0.0.1:%s\n' "$1" > "$ROOT/etc/systemd/system/kprism-admin.socket.d/test.conf"
+    C systemctl daemon-reload
+    C systemctl stop kprism.service kprism.socket kprism-admin.socket 2>/dev/null
+    C systemctl start kprism.socket kprism-admin.socket && C systemctl start kprism.service
+}
+admin_on() { curl -sf -m 2 "http://127.0.0.1:$1/readyz" >/dev/null; }
+c5=$(jcursor)
+if sockets "$APORT" && wait_for 10 admin_on "$APORT" \
+        && jsince "$c5" | grep -q 'msg="admin socket passed by systemd"'; then
+    ok "socket activation: kprism.service started on the sockets of kprism.socket and kprism-admin.socket"
+else jsince "$c5" | tail -10 | indent; bad "socket activation: start"; fi
+MAINPID=$(prop MainPID)
+c5=$(jcursor)
+write_config "\"$standin_b\""
+rout=$(C systemctl reload kprism.service 2>&1) && jsince "$c5" | grep -q "endpoint_removed=$standin_a" \
+    && ok "socket activation, admin socket on the file's health.port: systemctl reload applies" \
+    || { echo "$rout" | indent; jsince "$c5" | tail -5 | indent; bad "socket activation: systemctl reload"; }
+# packaging/systemd/README.md: "The passed sockets replace ... health.bind_address/health.port:
+# change the addresses in the socket units (drop-ins), not in the file." So move the admin port
+# in a drop-in only, as told, and reload.
+APORT2=$(free_port)
+while [ "$APORT2" = "$APORT" ] || [ "$APORT2" = "$DPORT" ]; do APORT2=$(free_port); done
+c6=$(jcursor)
+if sockets "$APORT2" && wait_for 10 admin_on "$APORT2"; then
+    MAINPID=$(prop MainPID)
+    write_config "\"$standin_b\", \"$standin_a\""
+    rout=$(C systemctl reload kprism.service 2>&1); rrc=$?
+    if [ $rrc = 0 ] && jsince "$c6" | grep -q "msg=\"configuration reloaded\" changes=\"endpoint_added=$standin_a"; then
+        ok "socket activation, admin socket moved by a drop-in (127.0.0.1:$APORT2): systemctl reload applies"
+    else
+        jsince "$c6" | grep -E 'kprism reload|Reload|ExecReload|Control process' | indent
+        bad "socket activation, admin socket moved by a drop-in as packaging/systemd/README.md says: systemctl reload exits $rrc: $(jsince "$c6" | grep -m1 '^kprism reload:')"
+    fi
+else bad "socket activation: the admin socket did not move to $APORT2"; fi
+
+# ---- Stop: a clean drain. ----
+if C systemctl stop kprism.service kprism.socket kprism-admin.socket && [ "$(prop ActiveState)" = inactive ] \
+        && [ "$(prop Result)" = success ] && [ "$(prop ExecMainStatus)" = 0 ]; then
+    ok "systemctl stop: inactive, Result=success, exit status 0"
+else bad "systemctl stop: $(prop ActiveState), Result=$(prop Result), status $(prop ExecMainStatus)"; fi
+
+# HOLD=SECONDS: keep the container up for a look (nsenter -t PID -a bash) until the time is up
+# or the file "$T/release" appears.
+if [ "${HOLD:-0}" -gt 0 ]; then
+    echo "# holding for ${HOLD} s: nsenter -t $CPID -a /bin/bash; touch $T/release to end"
+    hold_done() { [ -e "$T/release" ]; }
+    wait_for "$HOLD" hold_done
+fi
+
+# ---- Evidence. ----
+note "journalctl -u kprism, the reload lines:"
+jall | grep -E 'reload|Reload' | tail -40 | indent
+finish
