@@ -23,7 +23,6 @@
 # HOLD=SECONDS (keep the container running at the end, to look around).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-TOP=$PWD
 NAME=systemd-reload
 BUILD=${BUILD:-build}
 CACHE=${SYSTEMD_ROOT:-build/systemd-root}
@@ -141,11 +140,11 @@ if [ ! -x "$BUILD/kprism-standin" ] || { [ "$how" = make ] && [ ! -x "$BUILD/kpr
     note "building $BUILD (make -j2 BUILD=$BUILD all)"
     make -j2 BUILD="$BUILD" all >"$T/make.log" 2>&1 || { tail -20 "$T/make.log" | indent; die "make BUILD=$BUILD all failed"; }
 fi
-STANDIN=$TOP/$BUILD/kprism-standin
+STANDIN=$(realpath -m "$BUILD/kprism-standin")
 
 # ---- The overlay: the cached tree stays as it is. ----
 mkdir -p "$T/upper" "$T/work" "$ROOT"
-mount -t overlay overlay -o "lowerdir=$TOP/$CACHE,upperdir=$T/upper,workdir=$T/work" "$ROOT" \
+mount -t overlay overlay -o "lowerdir=$(realpath -m "$CACHE"),upperdir=$T/upper,workdir=$T/work" "$ROOT" \
     || die "cannot mount an overlay of $CACHE"
 mounted_root=1
 if [ "$how" != deb ]; then
