@@ -37,15 +37,19 @@ int fail(int code, fmt::format_string<Args...> f, Args&&... args) {
 int reload_command(const CommandLine& cl) {
     Config cfg;
     std::vector<std::string> errors;
-    if (!load_config(cl, cfg, errors)) {
-        // The daemon would refuse the same file: say why (on one line, like its own verdict), and
-        // leave it alone.
+    bool loaded = load_config(cl, cfg, errors);
+    std::optional<AdminTarget> where = locate_admin(cl, loaded ? &cfg : nullptr);
+    if (!where) {
+        // The file that does not load is the one that would name the admin endpoint. The daemon
+        // would refuse it too: say why (on one line, like its own verdict), and leave it alone.
+        // Otherwise even a broken file goes to the daemon, which judges and counts it
+        // (kprism_config_reloads_total{result="failure"}).
         std::string all;
         for (const auto& e : errors) all += (all.empty() ? "" : "; ") + e;
         return fail(kReloadRejected, "reload failed; the old configuration keeps serving: {} (nothing was sent to "
                                      "kprism)", all);
     }
-    AdminTarget t = admin_target(cfg);
+    const AdminTarget& t = *where;
     auto deadline = Clock::now() + std::chrono::milliseconds(cl.reload_timeout.count());
     std::string timeout = format_duration(cl.reload_timeout);
     StatusDoc before;
@@ -53,8 +57,8 @@ int reload_command(const CommandLine& cl) {
     switch (fetch_status(t, std::max(ms_left(deadline), 1), before, err)) {
     case FetchStatus::ok: break;
     case FetchStatus::unreachable:
-        // The address comes from the file being reloaded: a changed health.port/bind_address points
-        // where the daemon is not listening yet (those keys wait for a restart).
+        // Without a published address it comes from the file being reloaded: a changed
+        // health.port/bind_address points where the daemon is not listening yet.
         return fail(kReloadError,
                     "cannot reach the admin endpoint at {}: {}; nothing was sent (if the file changes "
                     "health.bind_address or health.port, restart kprism: those take effect at a restart)",

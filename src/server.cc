@@ -12,6 +12,7 @@
 #include "kprism/admin.h"
 #include "kprism/connection.h"
 #include "kprism/log.h"
+#include "kprism/runtime_dir.h"
 #include "kprism/sd_notify.h"
 #include "kprism/sockopt.h"
 
@@ -88,6 +89,8 @@ bool Server::start_admin(std::string& error) {
         return false;
     }
     log::info("admin endpoint listening", {{"address", admin_->name()}});
+    if (std::string err; !runtime::publish_admin_address(admin_->name(), err))
+        log::warn("cannot publish the admin address for kprism status and reload", {{"error", err}});
     return true;
 }
 
@@ -227,7 +230,10 @@ void Server::finish() {
     if (finished_) return;
     finished_ = true;
     for (auto& l : listeners_) l->close();
-    if (admin_) admin_->close();
+    if (admin_) {
+        admin_->close();
+        runtime::withdraw_admin_address();
+    }
     heartbeat_.close();
     control_.close();
     for (uv_signal_t& sig : signals_)

@@ -21,6 +21,7 @@
 #include "kprism/address.h"
 #include "kprism/duration.h"
 #include "kprism/http_response.h"
+#include "kprism/runtime_dir.h"
 
 namespace kprism {
 
@@ -205,16 +206,42 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
     return out;
 }
 
-AdminTarget admin_target(const Config& cfg) {
+namespace {
+AdminTarget target_of(std::string host, uint16_t port) {
     AdminTarget t;
-    // The daemon listens on health.bind_address; a wildcard one is reached over loopback.
-    t.host = cfg.s.health_bind_address;
+    // The daemon listens there; a wildcard address is reached over loopback.
+    t.host = std::move(host);
     if (t.host == "0.0.0.0") t.host = "127.0.0.1";
     if (t.host == "::" || t.host == "[::]") t.host = "::1";
-    t.port = static_cast<uint16_t>(cfg.s.health_port);
+    t.port = port;
     sockaddr_storage ss{};
     t.where = ip_to_sockaddr(t.host, t.port, ss) ? sockaddr_str(ss) : fmt::format("{}:{}", t.host, t.port);
     return t;
+}
+}  // namespace
+
+AdminTarget admin_target(const Config& cfg) {
+    return target_of(cfg.s.health_bind_address, static_cast<uint16_t>(cfg.s.health_port));
+}
+
+std::optional<AdminTarget> locate_admin(const CommandLine& cl, const Config* cfg) {
+    bool explicit_address = false;
+    for (const auto& [o, value] : cl.flags)
+        explicit_address = explicit_address || std::string_view(o->key) == "health.port" ||
+                           std::string_view(o->key) == "health.bind_address";
+    HostPort published;
+    if (auto line = runtime::published_admin_address(); line && !explicit_address &&
+                                                        parse_host_port(*line, published, nullptr))
+        return target_of(published.host, published.port);
+    if (cfg) return admin_target(*cfg);
+    if (explicit_address) {  // the file does not load, but the flags say where
+        CommandLine flags_only = cl;
+        flags_only.config_file.clear();
+        Config c;
+        std::vector<std::string> ignored;
+        if (load_config(flags_only, c, ignored)) return admin_target(c);
+    }
+    return std::nullopt;
 }
 
 FetchStatus fetch_status(const AdminTarget& t, int timeout_ms, StatusDoc& doc, std::string& error) {
@@ -236,11 +263,13 @@ FetchStatus fetch_status(const AdminTarget& t, int timeout_ms, StatusDoc& doc, s
 int status_command(const CommandLine& cl) {
     Config cfg;
     std::vector<std::string> errors;
-    if (!load_config(cl, cfg, errors)) {
+    bool loaded = load_config(cl, cfg, errors);
+    std::optional<AdminTarget> where = locate_admin(cl, loaded ? &cfg : nullptr);
+    if (!where) {
         for (const auto& e : errors) fmt::print(stderr, "kprism status: {}\n", e);
         return kStatusError;
     }
-    AdminTarget t = admin_target(cfg);
+    const AdminTarget& t = *where;
     StatusDoc doc;
     std::string err;
     switch (fetch_status(t, 3000, doc, err)) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -35,14 +36,18 @@ constexpr size_t kMaxStatusResponse = 4 * 1024 * 1024 + 64 * 1024;  // kMaxJsonB
 bool http_fetch(const std::string& host, uint16_t port, const std::string& path, int timeout_ms, int& status,
                 std::string& body, std::string& error);
 
-// Where the daemon's admin endpoint is: health.bind_address (a wildcard one is reached over
-// loopback) and health.port. `where` is "127.0.0.1:7446" for messages.
+// Where the daemon's admin endpoint is. `where` is "127.0.0.1:7446" for messages.
 struct AdminTarget {
     std::string host;
     uint16_t port = 0;
     std::string where;
 };
+// health.bind_address (a wildcard one is reached over loopback) and health.port.
 AdminTarget admin_target(const Config& cfg);
+// For `status` and `reload`: the address the daemon published in its runtime directory
+// (runtime_dir.h), unless --health-bind-address or --health-port is given; else the one `cfg`
+// (the --config file and flags, nullptr when it did not load) names. nullopt: neither.
+std::optional<AdminTarget> locate_admin(const CommandLine& cl, const Config* cfg);
 
 // GET /status and parse it. unreachable: no HTTP answer (`error` says why); unexpected: an answer
 // that is not a /status document (another status than 200, or malformed).

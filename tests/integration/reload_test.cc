@@ -279,25 +279,33 @@ TEST(ReloadCommand, RejectedFileExitsOneAndTheOldOneServes) {
     EXPECT_EQ(st["reload"]["last_result"], "failed");
     EXPECT_NE(st["reload"]["last_error"].get<std::string>().find("health.timeout"), std::string::npos) << st.dump();
 
-    // A file that is not even TOML: the command finds that out itself, names the parse error and
-    // sends nothing.
+    // A file that is not even TOML: the admin address is known (--health-port), so the daemon gets
+    // it, refuses it with the parse error, and counts the failure (what the alert watches).
     cf.write("endpoints = [\"" + a.endpoint() + "\"\n");
-    size_t reloading = k.count_output("reloading configuration");
     auto bad = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
     EXPECT_EQ(bad.code, 1) << bad.output;
     EXPECT_EQ(bad.output.rfind("kprism reload: reload failed; the old configuration keeps serving: " + cf.path + ":", 0), 0u)
         << bad.output;
     EXPECT_NE(bad.output.find("invalid TOML"), std::string::npos) << bad.output;
-    EXPECT_NE(bad.output.find("(nothing was sent to kprism)\n"), std::string::npos) << bad.output;
     EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << "one line: " << bad.output;
     // The same for a value out of range.
     cf.write(endpoints_toml({a.endpoint()}, "[health]\nrise = 0\n"));
     auto range = reload_cmd(k, {"--config", cf.path});
     EXPECT_EQ(range.code, 1) << range.output;
     EXPECT_NE(range.output.find("health.rise: 0 out of range 1-100"), std::string::npos) << range.output;
-    EXPECT_EQ(k.count_output("reloading configuration"), reloading);
+    EXPECT_EQ(status_json(k.admin_port)["reload"]["failed"], 3);
     EXPECT_TRUE(echo_ok(k.port));
     EXPECT_TRUE(k.running());
+
+    // Where the file is the only way to find the daemon (no --health-port, nothing published),
+    // one that does not load is refused here, and nothing is sent.
+    size_t reloading = k.count_output("reloading configuration");
+    cf.write("endpoints = [\"" + a.endpoint() + "\"\n");
+    auto unsent = run({kprism_bin(), "reload", "--config", cf.path}, 10000ms);
+    EXPECT_EQ(unsent.code, 1) << unsent.output;
+    EXPECT_NE(unsent.output.find("invalid TOML"), std::string::npos) << unsent.output;
+    EXPECT_NE(unsent.output.find("(nothing was sent to kprism)\n"), std::string::npos) << unsent.output;
+    EXPECT_EQ(k.count_output("reloading configuration"), reloading);
 
     // And a good file after that still reloads.
     cf.write(endpoints_toml({a.endpoint()}, "policy = \"least-connections\"\n"));
@@ -401,4 +409,53 @@ TEST(Reload, RestartOnlySettingKeepsItsValue) {
     EXPECT_TRUE(k.wait_output("endpoint_added=" + b.endpoint()));
     auto st = status_json(k.admin_port);  // still on 127.0.0.1
     EXPECT_EQ(st["upstreams"].size(), 2u);
+}
+
+// The daemon publishes the admin address it listens on in $RUNTIME_DIRECTORY (systemd's
+// RuntimeDirectory=); status and reload find it there even when the file names another port (a
+// socket passed by systemd, or an edit of health.port that waits for a restart). It is gone after
+// the daemon exits.
+TEST(ReloadCommand, FindsThePublishedAdminAddress) {
+    TcpServer a(TcpServer::echo), b(TcpServer::echo);
+    char tmpl[] = "/tmp/kprism-rundir-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    std::string dir = tmpl, published = dir + "/admin-address";
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    {
+        Kprism k({}, {"--config", cf.path}, Spawn{{"RUNTIME_DIRECTORY=" + dir}, {}});
+        ASSERT_TRUE(eventually([&] {
+            std::ifstream f(published);
+            std::string line;
+            return std::getline(f, line) && line == "127.0.0.1:" + std::to_string(k.admin_port);
+        })) << "no " << published;
+        int elsewhere = free_port();
+        cf.write(endpoints_toml({a.endpoint(), b.endpoint()}, "[health]\nport = " + std::to_string(elsewhere) + "\n"));
+        std::vector<std::string> env = {"/usr/bin/env", "RUNTIME_DIRECTORY=" + dir, kprism_bin()};
+        auto with = [&](std::vector<std::string> args) {
+            std::vector<std::string> argv = env;
+            argv.insert(argv.end(), args.begin(), args.end());
+            return run(argv, 40000ms);
+        };
+        auto st = with({"status", "--config", cf.path});  // reached: 1, no upstream up (no certificate)
+        EXPECT_EQ(st.code, 1) << st.output;
+        EXPECT_NE(st.output.find("0 of 1 upstreams up"), std::string::npos) << st.output;
+        auto r = with({"reload", "--config", cf.path, "--pid", std::to_string(k.pid())});
+        EXPECT_EQ(r.code, 0) << r.output;
+        EXPECT_NE(r.output.find("endpoint_added=" + b.endpoint()), std::string::npos) << r.output;
+        // A file that does not load still reaches the daemon, which refuses and counts it.
+        cf.write("endpoints = [\n");
+        auto bad = with({"reload", "--config", cf.path, "--pid", std::to_string(k.pid())});
+        EXPECT_EQ(bad.code, 1) << bad.output;
+        EXPECT_NE(bad.output.find("invalid TOML"), std::string::npos) << bad.output;
+        EXPECT_EQ(bad.output.find("nothing was sent"), std::string::npos) << bad.output;
+        EXPECT_EQ(status_json(k.admin_port)["reload"]["failed"], 1);
+        // An explicit --health-port wins over the published address.
+        auto other = with({"status", "--health-port", std::to_string(elsewhere)});
+        EXPECT_EQ(other.code, 2) << other.output;
+        k.signal(SIGTERM);
+        EXPECT_EQ(k.wait(), 0);
+    }
+    EXPECT_NE(access(published.c_str(), F_OK), 0) << published << " left behind";
+    rmdir(dir.c_str());
 }
