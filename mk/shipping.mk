@@ -4,10 +4,17 @@
 ##@ Shipping
 
 .PHONY: test-shipping test-systemd test-hardening static test-static talos-extension test-packaging \
-	images test-images install deb test-deb
+	images test-images install deb test-deb test-systemd-real
 
 # About three minutes on two cores, most of it compiling the static binary and the package.
-test-shipping: test-systemd test-static test-hardening test-packaging test-images test-deb ## the shipping checks: the six test-* targets below
+test-shipping: test-systemd test-static test-hardening test-packaging test-images test-deb test-systemd-real ## the shipping checks: the seven test-* targets below
+
+# The package under a real systemd 252 as PID 1 (tests/systemd/reload.sh): a minimal Debian 12
+# tree (debootstrap, cached in build/systemd-root) booted with systemd-nspawn; start, reload,
+# rejected reloads, socket activation, certificate rotation, stop. Root; skips without
+# debootstrap or systemd-nspawn. About 10 s with the tree cached, 45 s without.
+test-systemd-real: deb $(BUILD)/kprism-standin ## the Debian package under a real systemd as PID 1 in a container: start, reload, rejected reloads, sockets, rotation (root)
+	BUILD=$(BUILD) KPRISM_INSTALL=deb tests/systemd/reload.sh
 
 # The systemd units under systemd-analyze, and the unprivileged certificate copy end to end.
 test-systemd: $(BUILD)/kprism $(BUILD)/kprism-standin ## systemd-analyze verify/security of the units; the certificate copy end to end
