@@ -242,19 +242,24 @@ fi
 [ "$s" = degraded ] && C systemctl --failed --no-pager --plain | indent
 
 # ---- Install. ----
+# apt-get install, in the container, those of the packages (after WHY) that it lacks.
+install_missing() {
+    local why=$1 d missing=()
+    shift
+    for d in "$@"; do
+        C dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'install ok installed' || missing+=("$d")
+    done
+    [ ${#missing[@]} -gt 0 ] || return 0
+    note "apt-get install ${missing[*]} in the container ($why)"
+    C sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"' \
+        sh "${missing[@]}" >"$T/apt.log" 2>&1 || { tail -10 "$T/apt.log" | indent; bad "apt-get install ${missing[*]}"; }
+}
+
 if [ "$how" = deb ]; then
     deps=$(dpkg-deb -f "$T/kprism.deb" Depends)
     note "package Depends: $deps"
     # First alternative of each dependency, without version: what is missing in the tree.
-    missing=()
-    for d in $(sed 's/([^)]*)//g; s/|[^,]*//g; s/,/ /g' <<<"$deps"); do
-        C dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'install ok installed' || missing+=("$d")
-    done
-    if [ ${#missing[@]} -gt 0 ]; then
-        note "apt-get install ${missing[*]} in the container (the package depends on them)"
-        C sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"' \
-            sh "${missing[@]}" >"$T/apt.log" 2>&1 || { tail -10 "$T/apt.log" | indent; bad "apt-get install ${missing[*]}"; }
-    fi
+    install_missing "the package depends on them" $(sed 's/([^)]*)//g; s/|[^,]*//g; s/,/ /g' <<<"$deps")
     cp "$T/kprism.deb" "$ROOT/root/kprism.deb"  # (the container has its own tmpfs on /tmp)
     if out=$(C dpkg -i /root/kprism.deb 2>&1); then
         ok "dpkg -i $(basename "$deb") in the container (Depends satisfied)"
@@ -267,15 +272,8 @@ else
         pkgs=$(ldd "$BUILD/kprism" | awk '/=>/ { print $3 }' | while read -r l; do
                    dpkg -S "$l" 2>/dev/null || dpkg -S "$(realpath "$l")" 2>/dev/null; done |
                sed 's/:.*//' | sort -u)
-        missing=()
-        for d in $pkgs; do
-            C dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'install ok installed' || missing+=("$d")
-        done
-        if [ ${#missing[@]} -gt 0 ]; then
-            note "apt-get install ${missing[*]} in the container (the binary links them)"
-            C sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"' \
-                sh "${missing[@]}" >"$T/apt.log" 2>&1 || { tail -10 "$T/apt.log" | indent; bad "apt-get install ${missing[*]}"; }
-        fi
+        # shellcheck disable=SC2086  # one package name per word
+        install_missing "the binary links them" $pkgs
     fi
     C systemctl daemon-reload
 fi
