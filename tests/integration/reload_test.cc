@@ -366,7 +366,8 @@ TEST(ReloadCommand, WhileShuttingDownExitsOne) {
 // An admin endpoint that answers but whose reload generation never moves: the command gives up
 // after --timeout with exit status 3 (the SIGHUP went to a process that ignores it).
 TEST(ReloadCommand, NoOutcomeTimesOutWithThree) {
-    Process deaf({"/bin/sh", "-c", "trap '' HUP; sleep 30"});
+    // exec: the pid is sleep's own (SIGHUP stays ignored across exec), so nothing outlives the kill.
+    Process deaf({"/bin/sh", "-c", "trap '' HUP; exec sleep 30"});
     std::string body = R"({"version":"x","pid":)" + std::to_string(deaf.pid()) +
                        R"(,"ready":true,"fail_open":false,"draining":false,"connections_active":0,)"
                        R"("reload":{"generation":4,"ok":4,"failed":0,"last_result":"ok","last_error":"","last_changes":"none","last_unix":1},"upstreams":[]})";
