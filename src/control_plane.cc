@@ -206,6 +206,7 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
 
 // Re-resolution runs only while some endpoint is a hostname, every resolve_interval.
 void ControlPlane::arm_resolve_timer(const Config& cfg) {
+    if (!started_ || closed_) return;  // the timer exists only between start() and close()
     bool any_hostname = false;
     for (size_t i = 0; i < ups_.size(); ++i) any_hostname = any_hostname || (!ups_[i].removed && !ups_[i].addr.is_ip);
     if (!any_hostname) {

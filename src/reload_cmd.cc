@@ -88,6 +88,9 @@ int reload_command(const CommandLine& cl) {
                            now.reload.last_changes.empty() ? "none" : now.reload.last_changes);
                 return kReloadOk;
             }
+            if (now.draining)  // nothing keeps serving for long: say what happened, not "rejected"
+                return fail(kReloadRejected, "reload not applied: {}",
+                            now.reload.last_error.empty() ? "kprism is shutting down" : now.reload.last_error);
             return fail(kReloadRejected, "reload failed; the old configuration keeps serving: {}",
                         now.reload.last_error.empty() ? "no reason given" : now.reload.last_error);
         }

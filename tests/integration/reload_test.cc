@@ -357,7 +357,7 @@ TEST(ReloadCommand, WhileShuttingDownExitsOne) {
     auto t0 = Clock::now();
     auto r = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
     EXPECT_EQ(r.code, 1) << r.output;
-    EXPECT_EQ(r.output, "kprism reload: reload failed; the old configuration keeps serving: kprism is shutting down\n");
+    EXPECT_EQ(r.output, "kprism reload: reload not applied: kprism is shutting down\n");
     EXPECT_LT(Clock::now() - t0, 5s);
     ::close(held);
     EXPECT_EQ(k.wait(10000ms), 0);
