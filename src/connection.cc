@@ -4,6 +4,10 @@
 // most, none while idle), half-close, RST propagation, and closes when the upstream goes down.
 #include "kprism/connection.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include "kprism/log.h"
 #include "kprism/server.h"
 #include "kprism/sockopt.h"
@@ -14,6 +18,18 @@ namespace {
 Connection* owner(uv_handle_t* h) { return static_cast<Connection*>(h->data); }
 uv_stream_t* stream(uv_tcp_t& t) { return reinterpret_cast<uv_stream_t*>(&t); }
 uv_handle_t* handle(uv_tcp_t& t) { return reinterpret_cast<uv_handle_t*>(&t); }
+
+// libuv reports UV_EOF without reading on when POLLHUP comes with bytes it has just read (the
+// short-circuit in uv__stream_io), so a peer's RST that arrives together with its last bytes looks
+// like a FIN, and would be passed on as one. The socket's pending error tells them apart; one
+// getsockopt per connection end.
+bool reset_pending(uv_tcp_t& t) {
+    uv_os_fd_t fd;
+    int err = 0;
+    socklen_t len = sizeof err;
+    return uv_fileno(reinterpret_cast<uv_handle_t*>(&t), &fd) == 0 &&
+           getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == ECONNRESET;
+}
 
 // Errors that are ours (fd or memory exhaustion), not the upstream's: they must not mark it down.
 bool local_error(int status) {
@@ -306,6 +322,7 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         return;
     }
     release(from);
+    if (nread == UV_EOF && reset_pending(from.tcp)) nread = UV_ECONNRESET;
     // An upstream that closes or resets before answering anything is treated like a silent one.
     if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
         try_replay(ConnectFailure::hung_up, nread == UV_EOF ? "closed before answering" : "reset before answering"))

@@ -130,6 +130,34 @@ TEST(Splice, UpstreamResetPropagatesToClient) {
     ::close(fd);
 }
 
+// The client's last bytes and its RST are both waiting when kprism reads (here: kprism stopped
+// meanwhile; in the wild: a loaded node). libuv then reports EOF, not the reset; kprism must still
+// pass a reset on, not a FIN.
+TEST(Splice, ClientBytesAndResetTogetherPropagateTheReset) {
+    std::atomic<int> upstream_err{-1};
+    std::atomic<size_t> got{0};
+    TcpServer up([&](int fd) {
+        int e = -1;
+        got = recv_until_eof(fd, &e).size();
+        upstream_err = e;
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, "a", 1));
+    ASSERT_TRUE(eventually([&] { return up.accepted() == 1; }));
+    std::this_thread::sleep_for(100ms);  // kprism is splicing: "a" went through and it reads the client
+    k.signal(SIGSTOP);
+    ASSERT_TRUE(send_all(fd, "ping", 4));
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    ::close(fd);
+    std::this_thread::sleep_for(50ms);  // the RST is in kprism's socket before it runs again
+    k.signal(SIGCONT);
+    EXPECT_TRUE(eventually([&] { return upstream_err != -1; }));
+    EXPECT_EQ(upstream_err, ECONNRESET);
+}
+
 TEST(Splice, ClientResetPropagatesToUpstream) {
     std::atomic<int> upstream_err{-1};
     TcpServer up([&](int fd) {
