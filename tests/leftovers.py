@@ -14,7 +14,8 @@ A running process counts as started by the tests if any of these holds:
   copy    its executable, outside this source tree, is a byte-for-byte copy of an executable
           file under the DIRs (the static binary copied into a chroot, the packaged binary
           extracted from the .deb). Identical binaries in other build directories of the tree
-          are someone else's (another BUILD=), not copies.
+          are someone else's (another BUILD=), not copies; the Debian tree cached in
+          build/systemd-root holds the system's own programs, and is not searched.
 Not counted: this check and its ancestors (make, the recipe shell), and zombies (dead; their
 parent, if it is a leftover, is counted). A process still listed after --grace seconds (default
 2, for those being stopped right now) is a leftover: one line each, exit status 1. Without
@@ -78,10 +79,15 @@ def sha256(path):
 class Executables:
     """The executable files under the DIRs, by size, hashed when a process's executable has that size."""
 
+    # Whole Debian trees the tests keep under the build directory (tests/systemd/reload.sh's cached
+    # minimal system): their programs are the host's own sleep, bash, ..., not copies of ours.
+    FOREIGN_TREES = {"systemd-root"}
+
     def __init__(self, dirs):
         self.by_size, self.hashes = {}, {}
         for d in dirs:
-            for root, _, files in os.walk(d):
+            for root, subdirs, files in os.walk(d):
+                subdirs[:] = [s for s in subdirs if s not in self.FOREIGN_TREES]
                 for name in files:
                     p = os.path.join(root, name)
                     try:
