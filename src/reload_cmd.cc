@@ -35,10 +35,8 @@ int fail(int code, fmt::format_string<Args...> f, Args&&... args) {
 }  // namespace
 
 int reload_command(const CommandLine& cl) {
-    Config cfg;
     std::vector<std::string> errors;
-    bool loaded = load_config(cl, cfg, errors);
-    std::optional<AdminTarget> where = locate_admin(cl, loaded ? &cfg : nullptr);
+    std::optional<AdminTarget> where = locate_admin(cl, errors);
     if (!where) {
         // The file that does not load is the one that would name the admin endpoint. The daemon
         // would refuse it too: say why (on one line, like its own verdict), and leave it alone.

@@ -260,11 +260,15 @@ FetchStatus fetch_status(const AdminTarget& t, int timeout_ms, StatusDoc& doc, s
     return FetchStatus::ok;
 }
 
-int status_command(const CommandLine& cl) {
+std::optional<AdminTarget> locate_admin(const CommandLine& cl, std::vector<std::string>& errors) {
     Config cfg;
-    std::vector<std::string> errors;
     bool loaded = load_config(cl, cfg, errors);
-    std::optional<AdminTarget> where = locate_admin(cl, loaded ? &cfg : nullptr);
+    return locate_admin(cl, loaded ? &cfg : nullptr);
+}
+
+int status_command(const CommandLine& cl) {
+    std::vector<std::string> errors;
+    std::optional<AdminTarget> where = locate_admin(cl, errors);
     if (!where) {
         for (const auto& e : errors) fmt::print(stderr, "kprism status: {}\n", e);
         return kStatusError;

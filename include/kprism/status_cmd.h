@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kprism/config.h"
 #include "kprism/status.h"
@@ -48,6 +49,9 @@ AdminTarget admin_target(const Config& cfg);
 // (runtime_dir.h), unless --health-bind-address or --health-port is given; else the one `cfg`
 // (the --config file and flags, nullptr when it did not load) names. nullopt: neither.
 std::optional<AdminTarget> locate_admin(const CommandLine& cl, const Config* cfg);
+// The same, loading the --config file and flags first; when neither gives an address, `errors`
+// says why the file did not load.
+std::optional<AdminTarget> locate_admin(const CommandLine& cl, std::vector<std::string>& errors);
 
 // GET /status and parse it. unreachable: no HTTP answer (`error` says why); unexpected: an answer
 // that is not a /status document (another status than 200, or malformed).
