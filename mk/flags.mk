@@ -10,6 +10,9 @@ BUILD ?= build
 CXX ?= g++
 ## VERSION=`git describe`: the version string compiled into kprism
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0)
+# The release version, from the Debian changelog's first entry without its Debian revision: what
+# the Talos extension manifest carries (VERSION above may be a commit hash between releases).
+RELEASE := $(shell sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 
 PKGS := libuv fmt openssl
 # WITH_SYSTEMD=0 drops libsystemd (static builds); src/sd_notify.cc then speaks the sd_notify and

@@ -49,14 +49,15 @@ talos-extension: $(if $(filter build/static/kprism,$(TALOS_BIN)),static,$(TALOS_
 	rm -rf $(TALOS_TREE)
 	install -d -m 0755 $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism \
 		$(TALOS_TREE)/rootfs/usr/local/etc/containers
-	sed 's|@VERSION@|$(VERSION)|' talos-extension/manifest.yaml > $(TALOS_TREE)/manifest.yaml
+	sed 's|@VERSION@|$(RELEASE)|' talos-extension/manifest.yaml > $(TALOS_TREE)/manifest.yaml
 	chmod 0644 $(TALOS_TREE)/manifest.yaml
 	install -m 0644 talos-extension/Containerfile $(TALOS_TREE)/Containerfile
 	install -m 0644 talos-extension/kprism.yaml $(TALOS_TREE)/rootfs/usr/local/etc/containers/kprism.yaml
 	install -m 0755 $(TALOS_BIN) $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism/kprism
 	chmod -R go-w $(TALOS_TREE)
 	talos-extension/validate.py $(if $(filter build/static/kprism,$(TALOS_BIN)),,--allow-dynamic) \
-		--service-config talos-extension/examples/extension-service-config.yaml $(TALOS_TREE)
+		$(foreach r,worker controlplane,--patch $(r) talos-extension/examples/$(r).patch.yaml \
+		--patch $(r) talos-extension/examples/$(r)-1.14.patch.yaml) $(TALOS_TREE)
 
 # Packaging checks: the Talos extension tree, the static pod manifest, `kprism check` on every
 # example configuration; ends with "packaging: N passed, M failed".

@@ -1,16 +1,21 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Checks an assembled Talos system extension tree the way Talos and its imager would.
+"""Checks an assembled Talos system extension tree the way Talos and its imager would, plus the
+rules kprism's own deployment needs, and the machine config patches in examples/.
 
-Usage: talos-extension/validate.py [--allow-dynamic] [--service-config FILE] TREE
+Usage: talos-extension/validate.py [--allow-dynamic] [--service-config FILE]
+                                   [--patch worker|controlplane FILE]... TREE
 
 TREE is the image's content (build/talos-extension): manifest.yaml and rootfs/ (a Containerfile
-next to them is ignored). --service-config also checks an ExtensionServiceConfig document
-against the service spec. --allow-dynamic accepts a dynamically linked entrypoint (only for
-testing with a non-static build: the container's root filesystem has no loader or libc).
+next to them is ignored). --service-config checks an ExtensionServiceConfig document (or the one
+inside a multi-document patch) against the service spec. --patch ROLE FILE checks a machine
+config patch for a worker or a control-plane node (see check_patch). --allow-dynamic accepts a
+dynamically linked entrypoint (only for testing with a non-static build: the container's root
+filesystem has no loader or libc).
 
 Prints one line per problem and exits 1 if there is any, else prints "talos-extension: TREE ok".
-Needs python3-yaml (Debian: apt-get install python3-yaml).
+Needs python3-yaml (Debian: apt-get install python3-yaml) and Python >= 3.11 (tomllib).
+Talos sources cited are siderolabs/talos v1.13.0 and v1.14.0-rc.1.
 """
 import os
 import re
@@ -18,21 +23,33 @@ import stat
 import struct
 import sys
 
+import tomllib
+
 import yaml
 
-# Where an extension may put files (Talos pkg/machinery/extensions AllowedPaths has a few more
-# special cases, none of which kprism needs; everything of ours lives under /usr/local).
-ALLOWED = ("/usr/local", "/lib/firmware", "/lib/modules")
+# Where an extension may put files: pkg/machinery/extensions/extensions.go AllowedPaths. Talos
+# 1.10 moved /lib/firmware and /lib/modules to /usr/lib/... (unified /usr), so for a manifest that
+# claims ">= v1.7.0" only the paths valid on both sides of that move are accepted; the rest of
+# the list (loader, ldconfig, nvidia tools, ...) is for special extensions kprism is not.
+ALLOWED = ("/usr/local", "/etc/cri/conf.d", "/usr/lib/udev/rules.d")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")  # Talos also allows "_"; we keep to [a-z0-9-]
-VERSION_RE = re.compile(r"^v?[0-9A-Za-z][0-9A-Za-z.+_~-]*$")
+# A release version (1.2.3, v1.2.3, 1.2.3-rc.1), as siderolabs/extensions services carry their
+# upstream version; not a commit hash or `git describe` output between releases.
+VERSION_RE = re.compile(r"^v?\d+\.\d+\.\d+(-[0-9A-Za-z.]+)?$")
 CONSTRAINT_RE = re.compile(
     r"^\s*(>=|<=|>|<|=|!=|~|\^)?\s*v?\d+(\.\d+){0,2}(-[0-9A-Za-z.-]+)?\s*$")
 SERVICE_KEYS = {"name", "container", "depends", "restart", "logToConsole"}
 CONTAINER_KEYS = {"entrypoint", "args", "environment", "environmentFile", "mounts", "security"}
 DEPEND_KINDS = {"service", "path", "network", "time", "configuration"}
 NETWORK_CONDITIONS = {"addresses", "connectivity", "hostname", "etcfiles"}
-RESTART = {"never", "always", "untilSuccess"}
+RESTART = {"never", "always", "untilSuccess"}  # services/restart_kind.go
 KUBELET_DIR = "/var/lib/kubelet"
+KUBELET_PKI = "/var/lib/kubelet/pki"
+HOST_CA_DIR = "/etc/kubernetes/pki"
+HOST_CA = "/etc/kubernetes/pki/ca.crt"  # constants.KubernetesCACert, written by Talos
+# runner/runner.go DefaultOptions: GracefulShutdownTimeout 10 s between SIGTERM and SIGKILL.
+TALOS_KILL_SECONDS = 10
+DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
 
 errors = []
 
@@ -84,7 +101,7 @@ def check_manifest(tree):
         if "@" in version:
             err(f"manifest.yaml: metadata.version {version!r} still has a template placeholder")
         elif not VERSION_RE.match(version):
-            err(f"manifest.yaml: metadata.version {version!r} is not a version string")
+            err(f"manifest.yaml: metadata.version {version!r} is not a release version such as 0.1.0")
     compat = (md.get("compatibility") or {}).get("talos") or {}
     constraint = compat.get("version")
     if not nonempty_str(constraint):
@@ -185,10 +202,6 @@ def check_mount(where, mt):
         opts = []
     if mt.get("type") == "bind" and not ({"bind", "rbind"} & set(opts)):
         err(f"{where}: a bind mount needs option bind or rbind")
-    src = mt.get("source") or ""
-    if src == KUBELET_DIR or src.startswith(KUBELET_DIR + "/"):
-        if "ro" not in opts:
-            err(f"{where}: {src} must be mounted read-only (option ro)")
     return mt
 
 
@@ -243,14 +256,7 @@ def check_service(tree, path, allow_dynamic):
         err(f"{fname}: container.mounts must be a list")
         mounts = []
     checked = [check_mount(f"{fname}: container.mounts[{i}]", mt) for i, mt in enumerate(mounts)]
-    kubelet = [mt for mt in checked if mt and mt.get("destination") == KUBELET_DIR]
-    if not kubelet:
-        err(f"{fname}: no mount of the host's {KUBELET_DIR} (kubelet's client certificate)")
-    for mt in kubelet:
-        opts = mt.get("options") or []
-        if mt.get("source") != KUBELET_DIR or mt.get("type") != "bind" \
-                or "rbind" not in opts or "ro" not in opts:
-            err(f"{fname}: {KUBELET_DIR} must be type bind, options rbind and ro, from the host's {KUBELET_DIR}")
+    check_kprism_mounts(fname, [mt for mt in checked if mt])
     deps = s.get("depends", [])
     if not isinstance(deps, list):
         err(f"{fname}: depends must be a list")
@@ -267,9 +273,43 @@ def check_service(tree, path, allow_dynamic):
             err(f"{fname}: depends[{i}].{kind} must be true")
         elif kind in ("service", "path") and not nonempty_str(v):
             err(f"{fname}: depends[{i}].{kind} must be a string")
-    if s.get("restart", "always") not in RESTART:
+        elif kind == "path" and not v.startswith("/"):
+            err(f"{fname}: depends[{i}].path {v!r} must be absolute")
+        # kprism's rule: depend on no more than kubelet does (system/services/kubelet.go waits
+        # for time sync, addresses, hostname and etc files). `connectivity` needs a default route
+        # or passing probes (controllers/network/status.go): without one ext-kprism never starts
+        # and the node's kubelet never reaches the API.
+        if kind == "network" and isinstance(v, list) and "connectivity" in v:
+            err(f"{fname}: depends[{i}].network: 'connectivity' waits for a default route or passing "
+                "probes, which kubelet does not; a node without one would never start kprism")
+    # services.go Validate: restart is required (RestartKind starts at 1; a missing one is
+    # "restart kind is invalid"), and Talos skips an invalid spec at boot.
+    if "restart" not in s:
+        err(f"{fname}: restart missing: Talos rejects a service without it (one of {sorted(RESTART)})")
+    elif s.get("restart") not in RESTART:
         err(f"{fname}: restart must be one of {sorted(RESTART)}")
     return s
+
+
+def check_kprism_mounts(fname, mounts):
+    """kprism's rules for its mounts: the kubelet PKI and the host CA, each a plain read-only
+    bind of its directory, and nothing writable."""
+    for mt in mounts:
+        opts = mt.get("options") or []
+        src = mt.get("source") or ""
+        if "ro" not in opts:
+            err(f"{fname}: mount of {src} must be read-only (option ro)")
+        if src == KUBELET_DIR or "rbind" in opts and src.startswith(KUBELET_DIR):
+            err(f"{fname}: mount of {src} with {'rbind' if 'rbind' in opts else 'bind'} brings in every "
+                f"pod's volumes, secrets included; mount only {KUBELET_PKI} (bind, ro)")
+    by_dest = {mt.get("destination"): mt for mt in mounts}
+    for want, why in ((KUBELET_PKI, "kubelet's rotating client certificate"),
+                      (HOST_CA_DIR, "the cluster CA Talos keeps current")):
+        mt = by_dest.get(want)
+        if not mt:
+            err(f"{fname}: no mount of the host's {want} ({why})")
+        elif mt.get("source") != want or mt.get("type") != "bind" or "bind" not in (mt.get("options") or []):
+            err(f"{fname}: {want} must be type bind, options bind and ro, from the host's {want}")
 
 
 def config_arg(service):
@@ -282,34 +322,158 @@ def config_arg(service):
     return None
 
 
-def check_service_config(path, service):
-    d = load_yaml(path)
-    if d is None:
-        return
-    where = os.path.basename(path)
+def load_docs(path):
+    try:
+        with open(path) as f:
+            return [d for d in yaml.safe_load_all(f) if d is not None]
+    except (OSError, yaml.YAMLError) as e:
+        err(f"{path}: {e}")
+        return []
+
+
+def esc_of(docs, where):
+    """The one ExtensionServiceConfig in a list of machine config documents."""
+    escs = [d for d in docs if isinstance(d, dict) and d.get("kind") == "ExtensionServiceConfig"]
+    if len(escs) != 1:
+        err(f"{where}: expected one ExtensionServiceConfig document, found {len(escs)}")
+        return None
+    return escs[0]
+
+
+def seconds(v):
+    """A kprism duration ("8s", "500ms", "1m") in seconds, None if it is not one."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)", v) if isinstance(v, str) else None
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)] if m else None
+
+
+def check_service_config(where, d, service):
+    """Talos's rules for an ExtensionServiceConfig (types/runtime/extensions/service_config.go),
+    then kprism's for the kprism.toml it delivers. Returns the parsed TOML, or None."""
     if d.get("apiVersion") != "v1alpha1" or d.get("kind") != "ExtensionServiceConfig":
         err(f"{where}: must be apiVersion v1alpha1, kind ExtensionServiceConfig")
     if service and d.get("name") != service.get("name"):
         err(f"{where}: name {d.get('name')!r} does not match the service {service.get('name')!r}")
     files = d.get("configFiles") or []
-    paths = []
+    by_path = {}
     for i, cf in enumerate(files):
         if not isinstance(cf, dict) or not isinstance(cf.get("content"), str) \
                 or not nonempty_str(cf.get("mountPath")) or not cf["mountPath"].startswith("/"):
             err(f"{where}: configFiles[{i}] needs content and an absolute mountPath")
             continue
-        paths.append(cf["mountPath"])
+        by_path[cf["mountPath"]] = cf["content"]
     env = d.get("environment", [])
     if not isinstance(env, list) or not all(isinstance(e, str) and "=" in e for e in env):
         err(f"{where}: environment must be a list of NAME=value strings")
     cfg = config_arg(service) if service else None
-    if cfg and cfg not in paths:
-        err(f"{where}: the service's --config {cfg} is not one of the configFiles mountPaths {paths}")
+    if not cfg:
+        return None
+    if cfg not in by_path:
+        err(f"{where}: the service's --config {cfg} is not one of the configFiles mountPaths {list(by_path)}")
+        return None
+    try:
+        toml = tomllib.loads(by_path[cfg])
+    except tomllib.TOMLDecodeError as e:
+        err(f"{where}: {cfg}: not TOML: {e}")
+        return None
+    health = toml.get("health") or {}
+    mounts = [mt.get("destination", "") for mt in (service.get("container") or {}).get("mounts") or []]
+
+    def inside(p, roots):
+        return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+    # kprism.toml(5) defaults: the kubelet's certificate and /etc/kubernetes/pki/ca.crt.
+    for key, default in (("client_cert", KUBELET_PKI + "/kubelet-client-current.pem"),
+                         ("client_key", KUBELET_PKI + "/kubelet-client-current.pem"),
+                         ("ca_file", HOST_CA)):
+        p = health.get(key, default)
+        if not inside(p, mounts + list(by_path)):
+            err(f"{where}: health.{key} {p} is neither inside a mount of the service nor a configFiles entry")
+    ca = health.get("ca_file", HOST_CA)
+    if ca in by_path:
+        err(f"{where}: health.ca_file {ca} is a copy in the ExtensionServiceConfig: it goes stale after "
+            f"`talosctl rotate-ca` and every check fails; use the host's {HOST_CA} (mounted read-only)")
+    drain = seconds(toml.get("drain_timeout", "30s"))
+    if drain is None or drain >= TALOS_KILL_SECONDS:
+        err(f"{where}: drain_timeout {toml.get('drain_timeout', '30s (the default)')} is not under the "
+            f"{TALOS_KILL_SECONDS} s after which Talos kills an extension service; set it to e.g. \"8s\"")
+    return toml
+
+
+# --- machine config patches (examples/*.patch.yaml) -------------------------------------------
+
+def loopback(url):
+    host = re.sub(r"^https?://", "", url or "").rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def check_patch(role, path, service):
+    """A complete patch for one node role: the ExtensionServiceConfig, KubePrism off, the
+    installer image pinned by digest, and the cluster endpoint on kprism for workers only.
+
+    Either the v1alpha1 form (Talos 1.7-1.13: machine.features.kubePrism.enabled false,
+    cluster.controlPlane.endpoint) or the 1.14 form (a KubePrismConfig document deleted with
+    `$patch: delete`, KubeClusterConfig.endpoint), never both: Talos 1.14 rejects a config with a
+    KubePrismConfig document and any .machine.features.kubePrism (types/k8s/kubeprism.go), and one
+    with both cluster endpoints (types/k8s/cluster.go)."""
+    where = os.path.basename(path)
+    docs = load_docs(path)
+    if not docs:
+        err(f"{where}: no YAML documents")
+        return
+    legacy = [d for d in docs if isinstance(d, dict) and "kind" not in d]
+    kinds = {d.get("kind"): d for d in docs if isinstance(d, dict) and "kind" in d}
+    esc = esc_of(docs, where)
+    toml = check_service_config(where, esc, service) if esc else None
+    machine = (legacy[0].get("machine") or {}) if legacy else {}
+    cluster = (legacy[0].get("cluster") or {}) if legacy else {}
+    features = machine.get("features") or {}
+    old_prism = "kubePrism" in features
+    new_prism = kinds.get("KubePrismConfig")
+    if old_prism and new_prism:
+        err(f"{where}: both .machine.features.kubePrism and a KubePrismConfig document: Talos 1.14 rejects "
+            "the config (\"KubePrism config in v1alpha1 config ... can't be used with KubePrismConfig document\")")
+    elif old_prism:
+        if (features.get("kubePrism") or {}).get("enabled") is not False:
+            err(f"{where}: machine.features.kubePrism.enabled must be false: KubePrism holds 127.0.0.1:7445")
+    elif new_prism:
+        if new_prism.get("$patch") != "delete" or new_prism.get("apiVersion") != "v1alpha1":
+            err(f"{where}: the KubePrismConfig document must be `apiVersion: v1alpha1`, `$patch: delete` "
+                "(deleting it disables KubePrism on Talos 1.14)")
+    else:
+        err(f"{where}: does not disable KubePrism (machine.features.kubePrism.enabled: false, or on "
+            "Talos 1.14 a KubePrismConfig document with $patch: delete)")
+    image = (machine.get("install") or {}).get("image")
+    if not nonempty_str(image):
+        err(f"{where}: machine.install.image missing: new nodes must install the custom installer "
+            "that carries the extension")
+    elif not DIGEST_RE.search(image):
+        err(f"{where}: machine.install.image {image!r} is not pinned by digest (@sha256:...)")
+    old_ep = (cluster.get("controlPlane") or {}).get("endpoint")
+    new_ep = (kinds.get("KubeClusterConfig") or {}).get("endpoint")
+    if old_ep and new_ep:
+        err(f"{where}: both cluster.controlPlane.endpoint and KubeClusterConfig.endpoint: Talos 1.14 "
+            "rejects the config")
+    if new_prism and old_ep or old_prism and new_ep:
+        err(f"{where}: mixes the Talos 1.14 documents with the v1alpha1 keys of 1.13")
+    endpoint = old_ep or new_ep
+    port = (toml or {}).get("bind_port", 7445)
+    if role == "worker":
+        want = f"https://127.0.0.1:{port}"
+        if endpoint != want:
+            why = (" (kprism listens on IPv4 loopback; localhost may resolve to ::1)"
+                   if endpoint and "localhost" in endpoint else "")
+            err(f"{where}: the worker's cluster endpoint must be {want}, is {endpoint!r}{why}: "
+                "with KubePrism off a worker's kubelet uses it (controllers/secrets/kubelet.go)")
+    elif endpoint and loopback(endpoint):
+        err(f"{where}: a control-plane patch must not set the cluster endpoint to {endpoint}: there it "
+            "also becomes the admin kubeconfig's server, the server kube-proxy uses cluster-wide with "
+            "KubePrism off, and the apiserver's service-account issuer; keep the shared endpoint")
 
 
 def main(argv):
     allow_dynamic = False
     service_config = None
+    patches = []
     args = argv[1:]
     while args and args[0].startswith("--"):
         if args[0] == "--allow-dynamic":
@@ -318,10 +482,13 @@ def main(argv):
         elif args[0] == "--service-config" and len(args) > 1:
             service_config = args[1]
             args = args[2:]
+        elif args[0] == "--patch" and len(args) > 2 and args[1] in ("worker", "controlplane"):
+            patches.append((args[1], args[2]))
+            args = args[3:]
         else:
             break
     if len(args) != 1:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        print(__doc__.strip().splitlines()[4], file=sys.stderr)
         return 2
     tree = os.path.abspath(args[0])
     manifest = check_manifest(tree)
@@ -335,9 +502,13 @@ def main(argv):
     mname = ((manifest or {}).get("metadata") or {}).get("name")
     if mname and services and mname not in [s.get("name") for s in services]:
         err(f"manifest.yaml: no service spec named after the extension {mname!r}")
+    service = next((s for s in services if s.get("name") == mname), services[0] if services else None)
     if service_config:
-        check_service_config(service_config, next((s for s in services if s.get("name") == mname),
-                                                  services[0] if services else None))
+        esc = esc_of(load_docs(service_config), os.path.basename(service_config))
+        if esc:
+            check_service_config(os.path.basename(service_config), esc, service)
+    for role, path in patches:
+        check_patch(role, path, service)
     for e in errors:
         print(f"talos-extension: {e}")
     if errors:

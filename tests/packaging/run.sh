@@ -2,10 +2,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # Packaging checks (`make test-packaging`):
 #  - the assembled Talos extension tree (build/talos-extension, `make talos-extension`) passes
-#    talos-extension/validate.py, with the ExtensionServiceConfig example, and broken copies of it
-#    fail (world-writable, setuid, a file outside /usr/local, name mismatch, writable kubelet mount,
-#    entrypoint not executable, dynamically linked entrypoint, unreplaced version);
-#  - the TOML inside the ExtensionServiceConfig example passes `kprism check` with the tree's binary;
+#    talos-extension/validate.py with the four example patches, and broken copies of the tree
+#    (world-writable, setuid, a file outside the allowed paths, name mismatch, writable or rbind
+#    kubelet mount, no CA mount, no restart, connectivity dependency, entrypoint not executable,
+#    dynamically linked entrypoint, a version that is not the release) and of the patches (wrong
+#    or misplaced endpoint, KubePrism on, unpinned installer, 1.14 conflicts, pasted CA, drain
+#    over Talos's kill) fail;
+#  - the TOML inside the patches' one ExtensionServiceConfig passes `kprism check` with the tree's binary;
 #  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, a broken copy fails;
 #  - every packaging/examples/*.toml, packaging/kubernetes/kprism.toml and
 #    packaging/kprism.toml.example pass `kprism check`.
@@ -18,7 +21,7 @@ KPRISM_BIN=${KPRISM_BIN:-build/kprism}
 TALOS_TREE=${TALOS_TREE:-build/talos-extension}
 TALOS_ALLOW_DYNAMIC=${TALOS_ALLOW_DYNAMIC:-0}
 VALIDATE=talos-extension/validate.py
-ESC=talos-extension/examples/extension-service-config.yaml
+EX=talos-extension/examples
 ENTRY=rootfs/usr/local/lib/containers/kprism/kprism
 SPEC=rootfs/usr/local/etc/containers/kprism.yaml
 
@@ -52,8 +55,13 @@ if [ ! -x /usr/bin/python3 ] || ! /usr/bin/python3 -c 'import yaml' 2>/dev/null;
 fi
 
 # --- Talos extension ---
-vflags=(--service-config "$ESC")
-[ "$TALOS_ALLOW_DYNAMIC" = 1 ] && vflags+=(--allow-dynamic)
+vflags=()
+for role in worker controlplane; do
+    vflags+=(--patch "$role" "$EX/$role.patch.yaml" --patch "$role" "$EX/$role-1.14.patch.yaml")
+done
+dyn=()
+[ "$TALOS_ALLOW_DYNAMIC" = 1 ] && dyn=(--allow-dynamic)
+release=$(sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 if [ ! -x "$TALOS_TREE/$ENTRY" ]; then
     if [ ! -e build/static/kprism ]; then
         echo "SKIP  Talos extension: build/static/kprism does not exist and $TALOS_TREE is not" \
@@ -63,26 +71,35 @@ if [ ! -x "$TALOS_TREE/$ENTRY" ]; then
         failed=$((failed + 1))
     fi
 else
-    check "talos: $TALOS_TREE is a valid extension" /usr/bin/python3 $VALIDATE "${vflags[@]}" "$TALOS_TREE"
+    check "talos: $TALOS_TREE is a valid extension, the four example patches are right" \
+        /usr/bin/python3 $VALIDATE "${dyn[@]}" "${vflags[@]}" "$TALOS_TREE"
+    check "talos: manifest version is the release version $release" \
+        grep -qx "  version: \"$release\"" "$TALOS_TREE/manifest.yaml"
 
     # mutant NAME SHELL-SNIPPET: a copy of the tree changed by the snippet (run inside it) must fail.
     mutant() {
         local name=$1 snippet=$2 d="$tmp/mutant"
         chmod -R u+w "$d" 2>/dev/null; rm -rf "$d"; cp -a "$TALOS_TREE" "$d"
         (cd "$d" && eval "$snippet") || { echo "FAIL  talos rejects: $name (setup)"; failed=$((failed + 1)); return; }
-        reject "talos rejects: $name" /usr/bin/python3 $VALIDATE "${vflags[@]}" "$d"
+        reject "talos rejects: $name" /usr/bin/python3 $VALIDATE "${dyn[@]}" "${vflags[@]}" "$d"
     }
     mutant "world-writable file" "chmod o+w $SPEC"
     mutant "world-writable directory" "chmod o+w rootfs/usr/local/lib/containers"
     mutant "setuid entrypoint" "chmod u+s $ENTRY"
     mutant "file outside /usr/local" "mkdir -p rootfs/etc && echo x > rootfs/etc/kprism.conf"
+    mutant "file in /lib/firmware (moved to /usr/lib in Talos 1.10)" "mkdir -p rootfs/lib/firmware && echo x > rootfs/lib/firmware/x"
     mutant "spec file name differs from name" "mv $SPEC rootfs/usr/local/etc/containers/kprism2.yaml"
     mutant "uppercase service name" "sed -i 's/^name: kprism/name: KPrism/' $SPEC && mv $SPEC rootfs/usr/local/etc/containers/KPrism.yaml"
-    mutant "/var/lib/kubelet mounted writable" "sed -i '/^        - ro\$/d' $SPEC"
-    mutant "/var/lib/kubelet bind without rbind" "sed -i 's/^        - rbind\$/        - bind/' $SPEC"
+    mutant "kubelet PKI mounted writable" "sed -i '0,/^        - ro\$/{/^        - ro\$/d}' $SPEC"
+    mutant "/var/lib/kubelet rbind (every pod's volumes)" \
+        "sed -i 's|/var/lib/kubelet/pki|/var/lib/kubelet|; 0,/^        - bind\$/s//        - rbind/' $SPEC"
+    mutant "no mount of the host CA" "sed -i '/- source: \/etc\/kubernetes\/pki/,/- ro\$/d' $SPEC"
+    mutant "service without restart" "sed -i '/^restart:/d' $SPEC"
+    mutant "depends on network connectivity" "sed -i 's/^      - addresses\$/      - addresses\n      - connectivity/' $SPEC"
     mutant "entrypoint not executable" "chmod a-x $ENTRY"
     mutant "entrypoint missing" "rm $ENTRY"
     mutant "unreplaced manifest version" "sed -i 's/^  version: .*/  version: \"@VERSION@\"/' manifest.yaml"
+    mutant "manifest version a commit hash" "sed -i 's/^  version: .*/  version: \"45ded62\"/' manifest.yaml"
     mutant "manifest without compatibility" "sed -i '/compatibility:/,\$d' manifest.yaml"
     mutant "manifest version not v1alpha1" "sed -i 's/^version: v1alpha1/version: v1/' manifest.yaml"
     mutant "unknown depends kind" "sed -i 's/^  - time: true/  - clock: true/' $SPEC"
@@ -90,19 +107,52 @@ else
         mutant "dynamically linked entrypoint" "cp '$(realpath "$KPRISM_BIN")' $ENTRY"
     fi
 
-    sed 's/^name: kprism/name: other/' "$ESC" > "$tmp/esc-name.yaml"
-    reject "talos rejects: ExtensionServiceConfig for another service" \
-        /usr/bin/python3 $VALIDATE --service-config "$tmp/esc-name.yaml" "${vflags[@]:2}" "$TALOS_TREE"
-    sed 's|mountPath: /usr/local/etc/kprism/kprism.toml|mountPath: /etc/kprism.toml|' "$ESC" > "$tmp/esc-path.yaml"
-    reject "talos rejects: ExtensionServiceConfig without the --config file" \
-        /usr/bin/python3 $VALIDATE --service-config "$tmp/esc-path.yaml" "${vflags[@]:2}" "$TALOS_TREE"
+    # bad_patch NAME ROLE FILE: the machine config patch FILE must fail for ROLE.
+    bad_patch() {
+        reject "talos rejects: $1" /usr/bin/python3 $VALIDATE "${dyn[@]}" --patch "$2" "$3" "$TALOS_TREE"
+    }
+    W=$EX/worker.patch.yaml W14=$EX/worker-1.14.patch.yaml C=$EX/controlplane.patch.yaml
+    sed 's|endpoint: https://127.0.0.1:7445|endpoint: https://localhost:7445|' "$W" > "$tmp/p1.yaml"
+    bad_patch "worker endpoint localhost, not 127.0.0.1" worker "$tmp/p1.yaml"
+    sed '/^    endpoint:/d' "$W" > "$tmp/p2.yaml"
+    bad_patch "worker patch without the endpoint" worker "$tmp/p2.yaml"
+    bad_patch "control-plane patch with the loopback endpoint" controlplane "$W"
+    sed 's/enabled: false/enabled: true/' "$C" > "$tmp/p3.yaml"
+    bad_patch "KubePrism left enabled" controlplane "$tmp/p3.yaml"
+    sed 's/@sha256:[0-9a-f]*//' "$W" > "$tmp/p4.yaml"
+    bad_patch "installer image not pinned by digest" worker "$tmp/p4.yaml"
+    sed '/^    image: /d' "$C" > "$tmp/p5.yaml"
+    bad_patch "no machine.install.image" controlplane "$tmp/p5.yaml"
+    { cat "$W"; printf -- '---\napiVersion: v1alpha1\nkind: KubePrismConfig\n$patch: delete\n'; } > "$tmp/p6.yaml"
+    bad_patch "1.14: machine.features.kubePrism and a KubePrismConfig document" worker "$tmp/p6.yaml"
+    sed 's/^\$patch: delete$/port: 7445/' "$W14" > "$tmp/p7.yaml"
+    bad_patch "1.14: KubePrismConfig kept, not deleted" worker "$tmp/p7.yaml"
+    sed '0,/^---$/s//cluster:\n  controlPlane:\n    endpoint: https:\/\/127.0.0.1:7445\n---/' "$W14" > "$tmp/p8.yaml"
+    bad_patch "1.14: both cluster endpoints" worker "$tmp/p8.yaml"
+    sed 's|ca_file = "/etc/kubernetes/pki/ca.crt"|ca_file = "/usr/local/etc/kprism/ca.crt"|' "$W" > "$tmp/p9.yaml"
+    printf '  - mountPath: /usr/local/etc/kprism/ca.crt\n    content: |\n      -----BEGIN CERTIFICATE-----\n' >> "$tmp/p9.yaml"
+    bad_patch "cluster CA pasted into the ExtensionServiceConfig (stale after rotate-ca)" worker "$tmp/p9.yaml"
+    sed 's|client_cert = "/var/lib/kubelet/pki/|client_cert = "/var/lib/kubelet/|' "$W" > "$tmp/p10.yaml"
+    bad_patch "client certificate outside the service's mounts" worker "$tmp/p10.yaml"
+    sed '/^      drain_timeout/d' "$W" > "$tmp/p11.yaml"
+    bad_patch "drain_timeout left at 30s, over Talos's 10 s kill" worker "$tmp/p11.yaml"
+    sed 's/^name: kprism/name: other/' "$W" > "$tmp/p12.yaml"
+    bad_patch "ExtensionServiceConfig for another service" worker "$tmp/p12.yaml"
+    sed 's|mountPath: /usr/local/etc/kprism/kprism.toml|mountPath: /etc/kprism.toml|' "$W" > "$tmp/p13.yaml"
+    bad_patch "ExtensionServiceConfig without the --config file" worker "$tmp/p13.yaml"
 
-    # The configuration delivered by the ExtensionServiceConfig, checked by the tree's own binary
-    # (the static build also rejects hostname endpoints).
-    /usr/bin/python3 - "$ESC" "$tmp/talos.toml" <<'EOF'
-import sys, yaml
-doc = yaml.safe_load(open(sys.argv[1]))
-toml = [f["content"] for f in doc["configFiles"] if f["mountPath"].endswith("kprism.toml")][0]
+    # The four patches carry the same ExtensionServiceConfig; its kprism.toml is checked by the
+    # tree's own binary (the static build also rejects hostname endpoints).
+    check "talos: the four patches carry one and the same ExtensionServiceConfig" /usr/bin/python3 - "$EX" "$tmp/talos.toml" <<'EOF'
+import glob, sys, yaml
+escs = {}
+for p in sorted(glob.glob(sys.argv[1] + "/*.patch.yaml")):
+    escs[p] = [d for d in yaml.safe_load_all(open(p)) if d and d.get("kind") == "ExtensionServiceConfig"]
+first = next(iter(escs.values()))
+bad = [p for p, e in escs.items() if e != first]
+if len(escs) != 4 or len(first) != 1 or bad:
+    sys.exit(f"{len(escs)} patches; differing: {bad}")
+toml = [f["content"] for f in first[0]["configFiles"] if f["mountPath"].endswith("kprism.toml")][0]
 open(sys.argv[2], "w").write(toml)
 EOF
     check "talos: ExtensionServiceConfig kprism.toml passes kprism check" "$TALOS_TREE/$ENTRY" check --config "$tmp/talos.toml"
