@@ -10,6 +10,8 @@
 #    over Talos's kill) fail;
 #  - the TOML inside the patches' one ExtensionServiceConfig passes `kprism check` with the tree's binary;
 #  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, a broken copy fails;
+#  - every packaging/examples/*.toml names its deploy path and is right for it
+#    (tests/packaging/example_paths.py), broken copies fail;
 #  - every packaging/examples/*.toml, packaging/kubernetes/kprism.toml and
 #    packaging/kprism.toml.example pass `kprism check`.
 # Env: KPRISM_BIN (default build/kprism), TALOS_TREE (default build/talos-extension),
@@ -165,6 +167,16 @@ sed 's/readOnly: true/readOnly: false/; s/runAsNonRoot: true/runAsNonRoot: false
 reject "static pod: a writable mount / root copy is rejected" /usr/bin/python3 tests/packaging/check_manifests.py "$tmp/kprism.yaml"
 
 # --- example configurations ---
+# Each example names the deploy path it is for, and its certificate paths must be the ones that
+# path provides; a copy that disagrees must be caught.
+check "examples: each is right for the deploy path it names" /usr/bin/python3 tests/packaging/example_paths.py
+sed 's|"/run/kprism/kubelet-client.pem"|"/var/lib/kubelet/pki/kubelet-client-current.pem"|' \
+    packaging/examples/three-control-planes.toml > "$tmp/deb-kubelet-key.toml"
+reject "examples: a deb example naming the kubelet's root-only key is rejected" \
+    /usr/bin/python3 tests/packaging/example_paths.py "$tmp/deb-kubelet-key.toml"
+sed '/^# deploy: /d' packaging/examples/three-control-planes.toml > "$tmp/no-path.toml"
+reject "examples: an example that names no deploy path is rejected" \
+    /usr/bin/python3 tests/packaging/example_paths.py "$tmp/no-path.toml"
 if [ ! -x "$KPRISM_BIN" ]; then
     echo "FAIL  $KPRISM_BIN missing (make)"; failed=$((failed + 1))
 else
