@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-# Benchmarks: micro-benchmarks, probe cost, failover timing, kprism against HAProxy and nginx (bench/RESULTS.md).
+# Benchmarks: micro-benchmarks, probe cost, failover timing, memory under busy connections, kprism against HAProxy and nginx (bench/RESULTS.md).
 
 ##@ Benchmarks
 
@@ -27,7 +27,7 @@ $(BUILD)/bench/micro: $(BUILD)/bench/obj/micro.o $(BUILD)/libkprism.a
 
 -include $(wildcard $(BUILD)/bench/obj/*.d)
 
-.PHONY: bench bench-failover bench-probes bench-compare bench-deps
+.PHONY: bench bench-failover bench-probes bench-busy bench-compare bench-deps
 
 # Micro-benchmarks (about 30 s; see bench/RESULTS.md): BENCH_ARGS=--benchmark_filter=Pick etc.
 ## BENCH_ARGS=: passed to build/bench/micro, e.g. --benchmark_filter=Pick
@@ -41,6 +41,11 @@ bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost 
 # Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover ## failover timing with default health settings (about 90 s)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
+
+# RSS with 100-1000 stalled busy connections (about 45 s; bench/busy_rss.py, bench/RESULTS.md):
+# the figures behind the static pod's memory limit (packaging/kubernetes/kprism.yaml).
+bench-busy: $(BUILD)/kprism ## RSS with 100-1000 stalled busy connections, for memory limits (about 45 s)
+	python3 bench/busy_rss.py $(BUILD)/kprism 100 250 500 1000
 
 # kprism vs HAProxy (mode tcp) vs nginx stream vs direct on the same three local HTTP backends, one
 # table (about 6 minutes on a quiet machine, longer while it waits out other load; needs

@@ -1,18 +1,38 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Checks the shape of packaging/kubernetes/kprism.yaml (the static pod) with a YAML parser.
+"""Checks the shape of packaging/kubernetes/kprism.yaml (the static pod) with a YAML parser,
+together with the kprism.toml it runs (packaging/kubernetes/kprism.toml, next to the manifest).
 
-Usage: tests/packaging/check_manifests.py [MANIFEST]
+Usage: tests/packaging/check_manifests.py [--toml FILE] [MANIFEST]
+  --toml FILE   the pod's kprism.toml (default: kprism.toml next to MANIFEST)
 Prints "PASS name" / "FAIL name: why" per check and exits 1 if any failed.
-Needs python3-yaml (Debian: apt-get install python3-yaml).
+Needs python3-yaml (Debian: apt-get install python3-yaml) and Python 3.11+ (tomllib).
+
+The pod may run as root (to read kubelet's 0600 client key) only with every capability dropped,
+none added, no privilege escalation, a read-only root filesystem and read-only mounts. A non-root
+pod must not name kubelet's key in kprism.toml (it could not read it). The memory limit must
+cover what kprism.toml's max_connections allows: BASE_KIB + max_connections x PER_CONNECTION_KIB
+(bench/RESULTS.md, "Memory under stalled connections").
 """
+import argparse
 import os
+import re
 import sys
 
 import yaml
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 results = []
+
+# bench/busy_rss.py: 3340 KiB idle, plus up to 64 spare 64 KiB chunks (4 MiB) the buffer pool
+# keeps after a burst; a stalled connection holds up to one 64 KiB chunk each way, ~130 KiB with
+# its other state (129.3 KiB per connection measured at 100 connections).
+BASE_KIB = 8 * 1024
+PER_CONNECTION_KIB = 130
+DEFAULT_MAX_CONNECTIONS = 10000  # man/kprism.toml.5
+KUBELET_PKI = "/var/lib/kubelet/pki"
+# Host directories that hold cluster private keys (ca.key, sa.key, etcd/ on control-plane nodes).
+KEY_DIRS = ("/", "/etc", "/etc/kubernetes", "/etc/kubernetes/pki", "/var/lib", "/var/lib/kubelet")
 
 
 def check(name, ok, why=""):
@@ -28,8 +48,22 @@ def get(d, *keys):
     return d
 
 
+def kib(quantity):
+    """A Kubernetes memory quantity (64Mi, 128M, 1Gi, 134217728, 1e9) in KiB, or None."""
+    m = re.fullmatch(r"([0-9.]+(?:e[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(quantity))
+    if not m:
+        return None
+    mult = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
+    return float(m.group(1)) * mult / 1024
+
+
 def main(argv):
-    path = argv[1] if len(argv) > 1 else os.path.join(ROOT, "packaging/kubernetes/kprism.yaml")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--toml", help="the pod's kprism.toml (default: kprism.toml next to MANIFEST)")
+    ap.add_argument("manifest", nargs="?", default=os.path.join(ROOT, "packaging/kubernetes/kprism.yaml"))
+    opts = ap.parse_args(argv[1:])
+    path = opts.manifest
     with open(path) as f:
         docs = [d for d in yaml.safe_load_all(f) if d is not None]
     check("one YAML document", len(docs) == 1, f"{len(docs)} documents")
@@ -58,9 +92,12 @@ def main(argv):
     def eff(key):  # container value, else pod value
         return csc.get(key, psc.get(key))
 
-    check("runAsNonRoot", eff("runAsNonRoot") is True, eff("runAsNonRoot"))
-    uid = eff("runAsUser")
-    check("runAsUser is a non-zero uid", isinstance(uid, int) and uid > 0, uid)
+    uid, gid = eff("runAsUser"), eff("runAsGroup")
+    check("runAsUser and runAsGroup set (not left to the image's USER)",
+          isinstance(uid, int) and uid >= 0 and isinstance(gid, int) and gid >= 0, (uid, gid))
+    root = uid == 0
+    check("runAsNonRoot agrees with runAsUser (false for uid 0, true otherwise)",
+          eff("runAsNonRoot") is (not root), (uid, eff("runAsNonRoot")))
     check("readOnlyRootFilesystem", csc.get("readOnlyRootFilesystem") is True,
           csc.get("readOnlyRootFilesystem"))
     check("allowPrivilegeEscalation false", csc.get("allowPrivilegeEscalation") is False,
@@ -76,6 +113,7 @@ def main(argv):
     req, lim = res.get("requests") or {}, res.get("limits") or {}
     check("requests cpu and memory, memory limit",
           bool(req.get("cpu")) and bool(req.get("memory")) and bool(lim.get("memory")), res)
+    limit_kib = kib(lim.get("memory")) if lim.get("memory") is not None else None
 
     for probe, path_ in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         h = get(c, probe, "httpGet") or {}
@@ -87,6 +125,15 @@ def main(argv):
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
     check("every volumeMount readOnly", bool(mounts) and all(m.get("readOnly") is True for m in mounts),
           [m.get("name") for m in mounts if m.get("readOnly") is not True])
+    if root:
+        why = {"capabilities not drop [ALL]": caps.get("drop") != ["ALL"],
+               "capabilities added": bool(caps.get("add")),
+               "allowPrivilegeEscalation not false": csc.get("allowPrivilegeEscalation") is not False,
+               "privileged": bool(csc.get("privileged")),
+               "root filesystem writable": csc.get("readOnlyRootFilesystem") is not True,
+               "a mount not readOnly": not mounts or any(m.get("readOnly") is not True for m in mounts)}
+        check("uid 0 only with no capabilities, no escalation, read-only root and mounts",
+              not any(why.values()), [k for k, v in why.items() if v])
     check("every volumeMount has a volume", all(m.get("name") in volumes for m in mounts),
           [m.get("name") for m in mounts if m.get("name") not in volumes])
     check("volumes are hostPath only",
@@ -94,8 +141,9 @@ def main(argv):
     hp = {m.get("mountPath"): get(volumes.get(m.get("name")), "hostPath", "path") for m in mounts}
     check("config from hostPath /etc/kprism", hp.get("/etc/kprism") == "/etc/kprism", hp)
     check("kubelet PKI hostPath mounted at its own path",
-          hp.get("/var/lib/kubelet/pki") == "/var/lib/kubelet/pki"
-          or hp.get("/var/lib/kubelet") == "/var/lib/kubelet", hp)
+          hp.get(KUBELET_PKI) == KUBELET_PKI, hp)
+    check("no mount exposes a host directory holding cluster private keys",
+          not any(h in KEY_DIRS for h in hp.values()), [h for h in hp.values() if h in KEY_DIRS])
 
     def covered(p):
         return any(p == mp or p.startswith(mp.rstrip("/") + "/") for mp in hp)
@@ -112,19 +160,33 @@ def main(argv):
           [p for p in files if not covered(p)])
 
     # The static pod's own configuration (packaging/kubernetes/kprism.toml) installed as the
-    # --config file: its certificate files must be inside the mounts too.
-    toml_path = os.path.join(os.path.dirname(path), "kprism.toml")
-    if os.path.exists(toml_path):
-        try:
-            import tomllib
-        except ImportError:
-            tomllib = None
-        if tomllib:
-            with open(toml_path, "rb") as f:
-                health = tomllib.load(f).get("health", {})
-            paths = [health.get(k) for k in ("client_cert", "client_key", "ca_file") if health.get(k)]
-            check("kprism.toml's client_cert, client_key, ca_file are inside mounts",
-                  bool(paths) and all(covered(p) for p in paths), [p for p in paths if not covered(p)])
+    # --config file: its certificate files must be inside the mounts, readable by the pod's user,
+    # and its max_connections must fit the memory limit.
+    toml_path = opts.toml or os.path.join(os.path.dirname(path), "kprism.toml")
+    try:
+        import tomllib
+    except ImportError:
+        check("tomllib (Python 3.11+) to read kprism.toml", False, sys.version.split()[0])
+        return 1
+    with open(toml_path, "rb") as f:
+        conf = tomllib.load(f)
+    health = conf.get("health", {})
+    defaults = {"client_cert": f"{KUBELET_PKI}/kubelet-client-current.pem",
+                "client_key": f"{KUBELET_PKI}/kubelet-client-current.pem",
+                "ca_file": "/etc/kubernetes/pki/ca.crt"}  # man/kprism.toml.5
+    tls = {k: health.get(k, d) for k, d in defaults.items()}
+    check("kprism.toml's client_cert, client_key, ca_file are inside mounts",
+          all(covered(p) for p in tls.values()), [p for p in tls.values() if not covered(p)])
+    kubelet_files = [tls[k] for k in ("client_cert", "client_key")
+                     if tls[k] == KUBELET_PKI or tls[k].startswith(KUBELET_PKI + "/")]
+    check("a non-root pod does not name kubelet's root-only key (it could not read it)",
+          root or not kubelet_files, f"runAsUser {uid} with {kubelet_files}")
+    n = conf.get("max_connections", DEFAULT_MAX_CONNECTIONS)
+    need = BASE_KIB + n * PER_CONNECTION_KIB
+    check(f"memory limit covers max_connections {n}: {BASE_KIB} KiB + {n} x {PER_CONNECTION_KIB} KiB"
+          f" = {need / 1024:.0f} MiB",
+          limit_kib is not None and limit_kib >= need,
+          f"limits.memory {lim.get('memory')} = {(limit_kib or 0) / 1024:.0f} MiB")
     return 0 if all(results) else 1
 
 

@@ -207,6 +207,11 @@ sec() { case $1 in *[!0-9]*) echo "$1" ;; *) echo $(($1 / $2)) ;; esac; }
 chunk=$(kib "$(code 'kChunkSize\s*=\s*([^;]+);')")
 check "read buffer kChunkSize (KiB)" "$chunk" kprism.8 'Read buffers are # KiB chunks'
 check "read buffer kChunkSize (KiB)" "$chunk" kubernetes-README.md 'up to two # KiB buffers'
+# The static pod's memory limit and the max_connections it is sized for, as its README states them.
+podmem=$(sed -n '/^ *limits:/,/memory:/s/^ *memory: *\([0-9]*\)Mi$/\1/p' "$K8S_POD")
+check "static pod limits.memory (Mi) in $K8S_POD" "${podmem:-?}" kubernetes-README.md 'with a #Mi memory limit'
+podmax=$(sed -n 's/^max_connections = \([0-9]*\)$/\1/p' packaging/kubernetes/kprism.toml)
+check "static pod max_connections in packaging/kubernetes/kprism.toml" "${podmax:-?}" kubernetes-README.md '`max_connections = #`'
 spare=$(code 'BufferPool\(size_t max_free = (\d+)\)')
 check "spare read buffers BufferPool max_free" "$spare" kprism.8 'Up to # spare chunks'
 ff=$(kib "$(code 'kMaxFirstFlight\s*=\s*([^;]+);')")

@@ -161,10 +161,40 @@ EOF
 fi
 
 # --- static pod ---
-check "static pod: packaging/kubernetes/kprism.yaml shape" /usr/bin/python3 tests/packaging/check_manifests.py
-sed 's/readOnly: true/readOnly: false/; s/runAsNonRoot: true/runAsNonRoot: false/' \
-    packaging/kubernetes/kprism.yaml > "$tmp/kprism.yaml"
-reject "static pod: a writable mount / root copy is rejected" /usr/bin/python3 tests/packaging/check_manifests.py "$tmp/kprism.yaml"
+# caught_by RULE CMD...: CMD's output; fails (so `reject` passes) only when CMD fails with
+# "FAIL  RULE...", so each broken copy proves its own rule fires.
+caught_by() {
+    local rule=$1 out rc; shift
+    out=$("$@" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    ! { [ "$rc" != 0 ] && grep -qF "FAIL  $rule" <<<"$out"; }
+}
+POD=packaging/kubernetes/kprism.yaml
+POD_TOML=packaging/kubernetes/kprism.toml
+CM=tests/packaging/check_manifests.py
+check "static pod: packaging/kubernetes/kprism.yaml shape" /usr/bin/python3 $CM
+# The documented non-root alternative: uid/gid 65532 with its own certificate under /etc/kprism/pki.
+sed 's/runAsNonRoot: false/runAsNonRoot: true/; s/runAsUser: 0/runAsUser: 65532/; s/runAsGroup: 0/runAsGroup: 65532/' \
+    $POD > "$tmp/nonroot.yaml"
+sed 's|^client_cert = .*|client_cert = "/etc/kprism/pki/kprism-client.crt"|; s|^client_key = .*|client_key = "/etc/kprism/pki/kprism-client.key"|' \
+    $POD_TOML > "$tmp/own-cert.toml"
+check "static pod: non-root with its own client certificate passes" \
+    /usr/bin/python3 $CM --toml "$tmp/own-cert.toml" "$tmp/nonroot.yaml"
+sed '0,/readOnly: true/s//readOnly: false/' $POD > "$tmp/writable-mount.yaml"
+reject "static pod: a mount with readOnly: false is rejected" \
+    caught_by "every volumeMount readOnly" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/writable-mount.yaml"
+sed 's/drop: \["ALL"\]/drop: []/' $POD > "$tmp/root-caps.yaml"
+reject "static pod: root with capabilities not dropped is rejected" \
+    caught_by "uid 0 only with no capabilities" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/root-caps.yaml"
+reject "static pod: non-root (65532) with kprism.toml naming kubelet's key is rejected" \
+    caught_by "a non-root pod does not name kubelet's root-only key" \
+    /usr/bin/python3 $CM --toml $POD_TOML "$tmp/nonroot.yaml"
+sed 's/memory: 192Mi/memory: 64Mi/' $POD > "$tmp/small-limit.yaml"
+reject "static pod: a memory limit below max_connections' need is rejected" \
+    caught_by "memory limit covers max_connections" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/small-limit.yaml"
+sed 's|/etc/kubernetes/pki/ca.crt$|/etc/kubernetes/pki|; s/type: File$/type: Directory/' $POD > "$tmp/pki-dir.yaml"
+reject "static pod: mounting /etc/kubernetes/pki (the CA's key) is rejected" \
+    caught_by "no mount exposes a host directory" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/pki-dir.yaml"
 
 # --- example configurations ---
 # Each example names the deploy path it is for, and its certificate paths must be the ones that
