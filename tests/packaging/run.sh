@@ -9,7 +9,9 @@
 #    or misplaced endpoint, KubePrism on, unpinned installer, 1.14 conflicts, pasted CA, drain
 #    over Talos's kill) fail;
 #  - the TOML inside the patches' one ExtensionServiceConfig passes `kprism check` with the tree's binary;
-#  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, a broken copy fails;
+#  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, and a broken copy
+#    per rule fails for that rule (writable mount, root with capabilities, non-root with the
+#    kubelet key, memory under max_connections, a mount of the host PKI with keys);
 #  - every packaging/examples/*.toml names its deploy path and is right for it
 #    (tests/packaging/example_paths.py), broken copies fail;
 #  - every packaging/examples/*.toml, packaging/kubernetes/kprism.toml and
