@@ -182,21 +182,19 @@ sed 's|^client_cert = .*|client_cert = "/etc/kprism/pki/kprism-client.crt"|; s|^
     $POD_TOML > "$tmp/own-cert.toml"
 check "static pod: non-root with its own client certificate passes" \
     /usr/bin/python3 $CM --toml "$tmp/own-cert.toml" "$tmp/nonroot.yaml"
-sed '0,/readOnly: true/s//readOnly: false/' $POD > "$tmp/writable-mount.yaml"
-reject "static pod: a mount with readOnly: false is rejected" \
-    caught_by "every volumeMount readOnly" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/writable-mount.yaml"
-sed 's/drop: \["ALL"\]/drop: []/' $POD > "$tmp/root-caps.yaml"
-reject "static pod: root with capabilities not dropped is rejected" \
-    caught_by "uid 0 only with no capabilities" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/root-caps.yaml"
+# pod_reject NAME RULE SED-EXPR: the manifest changed by SED-EXPR must fail, for RULE.
+pod_reject() {
+    sed "$3" $POD > "$tmp/pod-mutant.yaml"
+    reject "static pod: $1 is rejected" caught_by "$2" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/pod-mutant.yaml"
+}
+pod_reject "a mount with readOnly: false" "every volumeMount readOnly" '0,/readOnly: true/s//readOnly: false/'
+pod_reject "root with capabilities not dropped" "uid 0 only with no capabilities" 's/drop: \["ALL"\]/drop: []/'
 reject "static pod: non-root (65532) with kprism.toml naming kubelet's key is rejected" \
     caught_by "a non-root pod does not name kubelet's root-only key" \
     /usr/bin/python3 $CM --toml $POD_TOML "$tmp/nonroot.yaml"
-sed 's/memory: 192Mi/memory: 64Mi/' $POD > "$tmp/small-limit.yaml"
-reject "static pod: a memory limit below max_connections' need is rejected" \
-    caught_by "memory limit covers max_connections" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/small-limit.yaml"
-sed 's|/etc/kubernetes/pki/ca.crt$|/etc/kubernetes/pki|; s/type: File$/type: Directory/' $POD > "$tmp/pki-dir.yaml"
-reject "static pod: mounting /etc/kubernetes/pki (the CA's key) is rejected" \
-    caught_by "no mount exposes a host directory" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/pki-dir.yaml"
+pod_reject "a memory limit below max_connections' need" "memory limit covers max_connections" 's/memory: 192Mi/memory: 64Mi/'
+pod_reject "mounting /etc/kubernetes/pki (the CA's key)" "no mount exposes a host directory" \
+    's|/etc/kubernetes/pki/ca.crt$|/etc/kubernetes/pki|; s/type: File$/type: Directory/'
 
 # --- example configurations ---
 # Each example names the deploy path it is for, and its certificate paths must be the ones that
