@@ -21,7 +21,7 @@ GTEST_LIBS := -lgtest -lgtest_main -lpthread
 DEPFLAGS := -MMD -MP
 
 .PHONY: all clean run demo FORCE
-all: $(BUILD)/kprism $(BUILD)/kprism-standin ## build build/kprism and build/kprism-standin (the default goal)
+all: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver ## build build/kprism, build/kprism-standin and build/kprism-apiserver (the default goal)
 
 $(BUILD)/obj/%.o: src/%.cc | $(BUILD)/obj
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
@@ -69,6 +69,14 @@ $(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
 
 $(BUILD)/kprism-standin: $(STANDIN_OBJ) $(BUILD)/libkprism.a
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
+
+# The Go stand-in for kube-apiserver (tests/apiserver/README.md): Go standard library only, built
+# offline (GOPROXY=off) with its build cache and GOPATH inside $(BUILD).
+GO ?= go
+GO_ENV = CGO_ENABLED=0 GOFLAGS=-trimpath GOPROXY=off GOCACHE=$(abspath $(BUILD))/go-cache GOPATH=$(abspath $(BUILD))/go-path
+$(BUILD)/kprism-apiserver: $(wildcard tests/apiserver/*.go) tests/apiserver/go.mod
+	@mkdir -p $(@D)
+	cd tests/apiserver && $(GO_ENV) $(GO) build -o $(abspath $@) .
 
 $(BUILD)/tests/unit: $(UNIT_OBJS) $(BUILD)/libkprism.a | $(BUILD)/tests
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GTEST_LIBS)

@@ -13,7 +13,7 @@ KPRISM_TEST_RUN := $(shell cat /proc/sys/kernel/random/uuid 2>/dev/null || echo 
 endif
 export KPRISM_TEST_RUN
 
-.PHONY: test test-core unit integration test-man monitoring test-tree asan
+.PHONY: test test-core unit integration test-man monitoring test-tree asan test-apiserver
 unit: $(BUILD)/tests/unit ## build and run the unit tests
 	tests/run.sh $(BUILD)/tests/unit
 
@@ -32,8 +32,9 @@ LEFTOVER_DIRS = $(abspath $(BUILD)) \
 test: test-core $(if $(RUN_SHIPPING),test-shipping) ## every test: test-core, test-shipping, then no test process left running
 	tests/leftovers.py $(LEFTOVER_DIRS)
 
-test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring, man page and drift checks, test-tree, the demo
+test-core: $(BUILD)/tests/unit $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/tests/integration ## unit and integration tests, monitoring, man page and drift checks, test-tree, the Go apiserver stand-in, the demo
 ifeq ($(SAN),)
+	$(MAKE) --no-print-directory test-apiserver
 	tests/monitoring/run.sh
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/doc_drift.sh
@@ -44,6 +45,12 @@ ifeq ($(SAN),)
 	tests/tree/spdx.sh
 	DEMO_HOLD=0 tests/demo.sh $(BUILD)
 endif
+
+# The Go kube-apiserver stand-in (tests/apiserver): go vet, its Go tests (formats pinned to the
+# apiserver's source, lifecycle, store, endpoints, TLS), then kubectl against it.
+test-apiserver: $(BUILD)/kprism-apiserver ## the Go kube-apiserver stand-in: go vet, go test, kubectl smoke (tests/apiserver)
+	cd tests/apiserver && $(GO_ENV) $(GO) vet . && $(GO_ENV) $(GO) test -count=1 -timeout 120s .
+	tests/apiserver/kubectl_smoke.sh $(abspath $(BUILD)/kprism-apiserver)
 
 # Checks on the tree itself: every target has its line in `make help`, every source file its
 # SPDX-License-Identifier line (src/ and include/ too).

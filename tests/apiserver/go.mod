@@ -1,0 +1,3 @@
+module kprism/apiserver
+
+go 1.19
