@@ -48,9 +48,10 @@ endif
 
 # The Go kube-apiserver stand-in (tests/apiserver): go vet, its Go tests (formats pinned to the
 # apiserver's source, lifecycle, store, endpoints, TLS), then kubectl against it.
-test-apiserver: $(BUILD)/kprism-apiserver ## the Go kube-apiserver stand-in: go vet, go test, kubectl smoke (tests/apiserver)
+test-apiserver: $(BUILD)/kprism-apiserver $(BUILD)/kprism ## the Go kube-apiserver stand-in: go vet, go test, kubectl smoke; kubectl and python3-kubernetes through kprism (tests/apiserver)
 	cd tests/apiserver && $(GO_ENV) $(GO) vet . && $(GO_ENV) $(GO) test -count=1 -timeout 120s .
 	tests/apiserver/kubectl_smoke.sh $(abspath $(BUILD)/kprism-apiserver)
+	$(TEST_ENV) /usr/bin/python3 tests/apiserver/clients_through_kprism.py $(abspath $(BUILD)/kprism) $(abspath $(BUILD)/kprism-apiserver)
 
 # Checks on the tree itself: every target has its line in `make help`, every source file its
 # SPDX-License-Identifier line (src/ and include/ too).

@@ -89,9 +89,16 @@ func parseResourcePath(path string) (resourceReq, bool) {
 	return rr, true
 }
 
+// isWatch decodes ?watch= as apimachinery's query conversion does (Convert_Slice_string_To_bool
+// in k8s.io/apimachinery/pkg/runtime/conversion.go): present and not "false" or "0", in any case,
+// is true. The python client sends "True".
 func isWatch(r *http.Request) bool {
-	v := r.URL.Query().Get("watch")
-	return v == "1" || v == "true"
+	q := r.URL.Query()
+	if _, ok := q["watch"]; !ok {
+		return false
+	}
+	v := strings.ToLower(q.Get("watch"))
+	return v != "false" && v != "0"
 }
 
 // storeKey: RESOURCE/NAMESPACE/NAME ("" namespace for cluster-scoped kinds).
