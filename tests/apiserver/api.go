@@ -223,17 +223,27 @@ func decodeStored(kv storeKV, d *resourceDef) (object, error) {
 	return o, nil
 }
 
-func (s *server) serveGet(w http.ResponseWriter, r *http.Request, rr resourceReq) {
-	reply, err := s.store.do(r.Context(), storeOp{Op: "get", Key: storeKey(rr.resource, rr.namespace, rr.name)})
+// namedOp runs op ("get", "delete") on the object rr names. On a store error or a missing object
+// it answers the Status itself and returns false.
+func (s *server) namedOp(w http.ResponseWriter, r *http.Request, rr resourceReq, op string) (*storeKV, bool) {
+	reply, err := s.store.do(r.Context(), storeOp{Op: op, Key: storeKey(rr.resource, rr.namespace, rr.name)})
 	if err != nil {
 		writeStatus(w, storeErrorStatus(err))
-		return
+		return nil, false
 	}
 	if reply.Err == "notfound" {
 		writeStatus(w, statusNotFound(rr.resource, rr.group, rr.name))
+		return nil, false
+	}
+	return reply.KV, true
+}
+
+func (s *server) serveGet(w http.ResponseWriter, r *http.Request, rr resourceReq) {
+	kv, ok := s.namedOp(w, r, rr, "get")
+	if !ok {
 		return
 	}
-	o, err := decodeStored(*reply.KV, rr.def)
+	o, err := decodeStored(*kv, rr.def)
 	if err != nil {
 		writeStatus(w, statusInternal(err))
 		return
@@ -399,16 +409,11 @@ func (s *server) createObject(ctx context.Context, d *resourceDef, o object) (in
 }
 
 func (s *server) serveDelete(w http.ResponseWriter, r *http.Request, rr resourceReq) {
-	reply, err := s.store.do(r.Context(), storeOp{Op: "delete", Key: storeKey(rr.resource, rr.namespace, rr.name)})
-	if err != nil {
-		writeStatus(w, storeErrorStatus(err))
+	kv, ok := s.namedOp(w, r, rr, "delete")
+	if !ok {
 		return
 	}
-	if reply.Err == "notfound" {
-		writeStatus(w, statusNotFound(rr.resource, rr.group, rr.name))
-		return
-	}
-	o, _ := decodeStored(*reply.KV, rr.def)
+	o, _ := decodeStored(*kv, rr.def)
 	// Kinds without graceful deletion answer a Success Status (pkg/endpoints/handlers/delete.go).
 	writeJSON(w, 200, map[string]interface{}{
 		"kind": "Status", "apiVersion": "v1", "metadata": struct{}{}, "status": "Success",
