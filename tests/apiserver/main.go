@@ -46,6 +46,7 @@ type options struct {
 	securePort        int
 	certFile, keyFile string
 	clientCAFile      string
+	tlsMaxVersion     uint16
 	anonymous         bool
 	storeAddr         string
 	controlAddr       string
@@ -167,7 +168,7 @@ func (s *server) handler() http.Handler {
 	if s.opt.sendRetryAfter {
 		h = s.withRetryAfter(h)
 	}
-	return withGoaway(h, s.opt.goawayChance)
+	return withServedBy(withGoaway(h, s.opt.goawayChance), s.opt.name)
 }
 
 func (s *server) withWaitGroup(inner http.Handler) http.Handler {
@@ -254,7 +255,7 @@ func (s *server) setPhase(p string, kv ...string) {
 }
 
 func runServe(ctx context.Context, opt options) error {
-	tlsCfg, pool, err := serverTLSConfig(opt.certFile, opt.keyFile, opt.clientCAFile)
+	tlsCfg, pool, err := serverTLSConfig(opt.certFile, opt.keyFile, opt.clientCAFile, opt.tlsMaxVersion)
 	if err != nil {
 		return err
 	}
@@ -385,6 +386,7 @@ func serveFlags(args []string) (options, error) {
 	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM)")
 	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM)")
 	fs.StringVar(&o.clientCAFile, "client-ca-file", "", "CA bundle that verifies client certificates")
+	maxVersion := fs.String("tls-max-version", "1.3", "highest TLS version served, 1.2 or 1.3 (test only: kube-apiserver has only --tls-min-version; this lets benches pin TLS 1.2)")
 	fs.BoolVar(&o.anonymous, "anonymous-auth", false, "treat requests without a valid client certificate as system:anonymous (kube-apiserver's default is true)")
 	fs.StringVar(&o.storeAddr, "store", "", "the shared store, unix:PATH")
 	fs.StringVar(&o.controlAddr, "control-address", "", "plain-HTTP test control endpoint, HOST:PORT (loopback)")
@@ -407,6 +409,10 @@ func serveFlags(args []string) (options, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var ok bool
+	if o.tlsMaxVersion, ok = tlsVersions[*maxVersion]; !ok {
+		return o, fmt.Errorf("--tls-max-version %q: must be 1.2 or 1.3", *maxVersion)
 	}
 	if o.certFile == "" || o.keyFile == "" {
 		return o, errors.New("--tls-cert-file and --tls-private-key-file are required")

@@ -327,3 +327,17 @@ func createCM(t *testing.T, c *http.Client, s *apiserver, ns, name string) map[s
 	json.Unmarshal([]byte(r.body), &m)
 	return m
 }
+
+// The test-only X-Standin-Name header names the answering stand-in, on errors too; without
+// --name no such header is sent.
+func TestServedByHeader(t *testing.T) {
+	sock := startStore(t, 100)
+	named := startServer(t, sock, "--name", "a7")
+	plain := startServer(t, sock)
+	c := adminClient(t)
+	expect(t, "named /version", do(t, c, "GET", named.url("/version"), "").hdr.Get(servedByHeader), "a7")
+	expect(t, "named 404", do(t, c, "GET", named.url("/api/v1/namespaces/default/configmaps/nope"), "").hdr.Get(servedByHeader), "a7")
+	anon := newClient(t, nil, false)
+	expect(t, "named 401", do(t, anon, "GET", named.url("/readyz"), "").hdr.Get(servedByHeader), "a7")
+	expect(t, "unnamed /version", do(t, c, "GET", plain.url("/version"), "").hdr.Get(servedByHeader), "")
+}
