@@ -12,11 +12,12 @@
 #   mk/bench.mk     benchmarks
 #   mk/fuzz.mk      libFuzzer targets
 #   mk/faults.mk    fault injection and the soak
+#   mk/scenarios.mk the control-plane scenarios beside HAProxy
 #   mk/deps.mk      make deps
 #   mk/help.mk      make help (mk/help.awk): a target's `## ` comment on its rule line is its line
 #                   there, a `## NAME=default: ...` comment above a variable documents it
 
 .DEFAULT_GOAL := all
 
-include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk \
+include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
 	mk/deps.mk mk/help.mk

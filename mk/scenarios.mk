@@ -1,0 +1,17 @@
+# SPDX-License-Identifier: Apache-2.0
+# The control-plane scenarios (tests/scenarios/README.md): kprism beside two HAProxy setups.
+
+##@ Control-plane scenarios
+
+# kprism, HAProxy with an mTLS GET /readyz check and HAProxy with a TCP check, side by side in one
+# run in front of the same three Go kube-apiserver stand-ins: rolling restarts, etcd lost on one
+# and on all, an apiserver down and back, the kubelet certificate running out. Checks what kprism
+# is built to do, measures all three, prints one table. Not root; about 4 minutes. Ends with
+# tests/leftovers.py: no process it started may be left running.
+## SCENARIOS_FULL=1: `make scenarios` with full durations (60 s windows, 10 min after a return, 3-minute certificates; about 25 min)
+SCENARIOS_FULL ?= 0
+.PHONY: scenarios
+scenarios: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## control-plane scenarios, kprism beside HAProxy mTLS /readyz and HAProxy TCP (about 4 min)
+	$(TEST_ENV) /usr/bin/python3 tests/scenarios/run.py $(abspath $(BUILD)/kprism) $(abspath $(BUILD)/kprism-apiserver) \
+		$(if $(filter 1,$(SCENARIOS_FULL)),--full) --out $(abspath $(BUILD)/scenarios.md); \
+		rc=$$?; tests/leftovers.py $(abspath $(BUILD)) || rc=1; exit $$rc
