@@ -13,8 +13,8 @@ import socket
 import subprocess
 import urllib.request
 
-from cluster import free_port, wait_for
 from faultlib import cleanup
+from faultlib.procs import free_port, wait_until
 
 
 class Balancer:
@@ -41,7 +41,7 @@ class Balancer:
         raise NotImplementedError
 
     def wait_up(self, names, seconds):
-        return wait_for(lambda: set(names) <= self.up(), seconds, 0.1)
+        return wait_until(lambda: set(names) <= self.up(), seconds, 0.1)
 
 
 class Kprism(Balancer):

@@ -8,32 +8,14 @@ import datetime
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 
 from faultlib import cleanup
+from faultlib.procs import free_port, wait_until
 
 ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
-
-
-def free_port(addr="127.0.0.1"):
-    s = socket.socket()
-    s.bind((addr, 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def wait_for(pred, seconds, interval=0.05):
-    """Polls pred until it is true or the deadline passes; returns whether it became true."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(interval)
-    return bool(pred())
 
 
 class Pki:
@@ -137,7 +119,7 @@ class Apiserver:
             stdout=log, stderr=log)
         proc = self.proc
         self._token = cleanup.register(f"stand-in {self.name}", lambda: _kill(proc))
-        if not wait_for(lambda: self.state() is not None or proc.poll() is not None, 10):
+        if not wait_until(lambda: self.state() is not None or proc.poll() is not None, 10):
             raise RuntimeError(f"{self.name} did not start: see {self.log_path}")
         if proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited {proc.returncode}: {open(self.log_path).read()[-500:]}")
@@ -183,7 +165,7 @@ class Cluster:
         log = open(os.path.join(d, "store.log"), "w")
         store = subprocess.Popen([apiserver_bin, "store", "--listen", f"unix:{d}/store.sock"], stdout=log, stderr=log)
         cleanup.register("store", lambda: _kill(store))
-        if not wait_for(lambda: os.path.exists(f"{d}/store.sock"), 10):
+        if not wait_until(lambda: os.path.exists(f"{d}/store.sock"), 10):
             raise RuntimeError("the store did not start")
         self.servers = [Apiserver(apiserver_bin, d, self.pki, i) for i in range(3)]
         for s in self.servers:

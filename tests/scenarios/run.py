@@ -23,32 +23,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "faults")]
 
 from faultlib import cleanup  # noqa: E402
+from faultlib.procs import wait_until  # noqa: E402
+from faultlib.report import Report  # noqa: E402
 import balancers  # noqa: E402
 import cluster as clu  # noqa: E402
-from cluster import wait_for  # noqa: E402
 import load as ld  # noqa: E402
 
-passed = failed = 0
-
-
-def ok(msg):
-    global passed
-    passed += 1
-    print(f"scenarios: ok: {msg}", flush=True)
-
-
-def fail(msg):
-    global failed
-    failed += 1
-    print(f"scenarios: FAIL: {msg}", flush=True)
-
-
-def info(msg):
-    print(f"scenarios: info: {msg}", flush=True)
-
-
-def check(cond, msg):
-    (ok if cond else fail)(msg)
+report = Report(prefix="scenarios")
+ok, fail, info, check = report.ok, report.fail, report.info, report.check
 
 
 REQ_KINDS = ("keepalive", "newconn", "holder")
@@ -138,7 +120,7 @@ class Run:
         self.writer.start()
         for lo in self.loads.values():
             lo.start(rv)
-        settled = wait_for(lambda: all(len(lo.events) > 10 and all(lo.holder_server) for lo in self.loads.values()),
+        settled = wait_until(lambda: all(len(lo.events) > 10 and all(lo.holder_server) for lo in self.loads.values()),
                            30, 0.2)
         check(settled, "every balancer's watch receives the writer's objects and its 30 long-lived connections are served")
 
@@ -159,6 +141,7 @@ class Run:
     def rolling(self, key, delay, next_flags):
         names = [s.name for s in self.cl.servers]
         pause = 2 if self.quick else 5
+        gap = 3 if self.quick else 10  # down between exit and start, as a static pod's restart is
         t0 = time.monotonic()
         cut, before = {lb: 0 for lb in self.labels}, {lb: 0 for lb in self.labels}
         down_after = {lb: [] for lb in self.labels}
@@ -177,6 +160,7 @@ class Run:
             rc = s.wait_exit()
             if rc != 0:
                 fail(f"{s.name} exited {rc} on SIGTERM")
+            time.sleep(gap)
             s.start(*next_flags)
             if not self.all_up(names):
                 fail(f"{key}: not every balancer saw {s.name} up again within 30 s")
@@ -185,23 +169,24 @@ class Run:
             time.sleep(pause)
         t1 = time.monotonic()
         m = self.measures(t0, t1)
-        title = f"{key}. Rolling restart, shutdown delay {delay} s" + (", --shutdown-send-retry-after" if delay else "")
+        title = (f"{key}. Rolling restart, shutdown delay {delay} s" + (", --shutdown-send-retry-after" if delay else "")
+                 + f", each down {gap} s")
         self.common_rows(title, m)
         self.row(title, "longest watch gap", {lb: f"{m[lb].gap:.2f} s" for lb in self.labels})
         self.row(title, "watch events missed", {lb: str(m[lb].missed) for lb in self.labels})
         self.row(title, "marked down after SIGTERM (each restart)",
-                 {lb: " / ".join(f"{x:.1f}" if x is not None else "never" for x in down_after[lb]) + " s"
+                 {lb: " / ".join(f"{x:.1f} s" if x is not None else "never" for x in down_after[lb])
                   for lb in self.labels})
         when = "when the delay ended" if delay else "at SIGTERM (no delay)"
         self.row(title, f"upstream connections still on the apiserver {when}, 3 restarts",
                  {lb: f"{cut[lb]} of {before[lb]}" for lb in self.labels})
         self.row(title, "requests answered 429", {lb: str(m[lb].n429) for lb in self.labels})
-        return m, cut, before
+        return m, down_after
 
     # 2. etcd lost on one apiserver (the partition case), then back.
     def etcd_one(self, key, idx, what):
         s = self.cl.servers[idx]
-        window = 15 if self.quick else 60
+        window = 12 if self.quick else 60
         c0 = self.conns()
         t0 = time.monotonic()
         s.control("/etcd/lose")
@@ -223,8 +208,8 @@ class Run:
 
     # 3. Quorum lost: etcd lost on all three, then back.
     def quorum(self, key):
-        window = 10 if self.quick else 30
-        after = 15 if self.quick else 30
+        window = 8 if self.quick else 30
+        after = 10 if self.quick else 30
         c0 = self.conns()
         t0 = time.monotonic()
         for s in self.cl.servers:
@@ -272,7 +257,7 @@ class Run:
     def down_and_back(self, key):
         s = self.cl.servers[0]
         down = 10 if self.quick else 60
-        points = [5, 20] if self.quick else [10, 60, 300, 600]
+        points = [3, 10] if self.quick else [10, 60, 300, 600]
         s.terminate()
         s.wait_exit()
         time.sleep(down)
@@ -293,9 +278,9 @@ class Run:
     # 5. The kubelet client certificate running out, renewed (kubelet's rotation: a new
     # kubelet-client-DATE.pem, the -current symlink switched) or not.
     def certificates(self, key):
-        lifetime = 40 if self.quick else 180
-        renew_at = 25 if self.quick else 120
-        tail = 20 if self.quick else 60
+        lifetime = 30 if self.quick else 180
+        renew_at = 18 if self.quick else 120
+        tail = 10 if self.quick else 60
         for lo in self.loads.values():
             lo.finish()
         pki = self.cl.pki
@@ -390,13 +375,14 @@ def main():
         retry = ["--shutdown-delay-duration", "5s", "--shutdown-send-retry-after"]
         # What kprism is built to do, checked on every run; the other balancers are measured only.
         if "1a" in only or "1b" in only:
-            m, _, _ = r.rolling("1a", 0, retry)
+            m, _ = r.rolling("1a", 0, retry)
             check(m[kp].failed == 0, f"1a: no client request through kprism failed in a rolling restart ({m[kp].fails_text()})")
         if "1b" in only:
-            m, cut, before = r.rolling("1b", 5, [])
+            m, down_after = r.rolling("1b", 5, [])
             check(m[kp].failed == 0, f"1b: none failed with a 5 s shutdown delay either ({m[kp].fails_text()})")
-            check(cut[kp] * 2 <= before[kp], f"1b: kprism had moved most connections off each apiserver before its "
-                  f"delay ended (probe interval 5 s + close_spread 1 s vs a 5 s delay): {cut[kp]} of {before[kp]} left")
+            late = [x for x in down_after[kp] if x is None or x > 6.0]
+            check(not late, "1b: kprism marked each apiserver down within its 5 s probe interval of SIGTERM (/readyz "
+                  f"[-]shutdown is a 500, down at once): {down_after[kp]}")
         for key, idx, what in (("2a", 0, "the node's own, listed first"), ("2b", 2, "another node's")):
             if key in only:
                 m, c1, t0 = r.etcd_one(key, idx, what)
@@ -433,12 +419,12 @@ def main():
     if args.out:
         with open(args.out, "w") as f:
             f.write(md + "\n")
-    if failed or os.environ.get("KPRISM_KEEP_LOGS"):
+    if report.failed or os.environ.get("KPRISM_KEEP_LOGS"):
         print(f"scenarios: logs kept in {r.d}")
     else:
         shutil.rmtree(r.d, ignore_errors=True)
-    print(f"scenarios: {passed} passed, {failed} failed")
-    return 1 if failed else 0
+    print(f"scenarios: {report.passed} passed, {report.failed} failed")
+    return 1 if report.failed else 0
 
 
 sys.exit(main())

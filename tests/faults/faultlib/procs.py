@@ -23,9 +23,9 @@ def wait_until(cond, timeout, interval=0.02):
         time.sleep(interval)
 
 
-def free_port():
+def free_port(addr="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((addr, 0))
         return s.getsockname()[1]
 
 

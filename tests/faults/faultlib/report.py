@@ -10,8 +10,8 @@ _lock = threading.Lock()
 
 
 class Report:
-    def __init__(self, out=sys.stdout):
-        self.out = out
+    def __init__(self, out=sys.stdout, prefix="faults"):
+        self.out, self.prefix = out, prefix
         self.passed = 0
         self.failed = 0
         self.rows = []  # one dict per fault, see COLUMNS
@@ -22,11 +22,11 @@ class Report:
 
     def ok(self, msg):
         self.passed += 1
-        self.say(f"faults: ok: {msg}")
+        self.say(f"{self.prefix}: ok: {msg}")
 
     def fail(self, msg):
         self.failed += 1
-        self.say(f"faults: FAIL: {msg}")
+        self.say(f"{self.prefix}: FAIL: {msg}")
 
     def check(self, cond, msg, detail=""):
         if cond:
@@ -36,7 +36,7 @@ class Report:
         return bool(cond)
 
     def info(self, msg):
-        self.say(f"faults: info: {msg}")
+        self.say(f"{self.prefix}: info: {msg}")
 
     def row(self, **kw):
         self.rows.append(kw)
