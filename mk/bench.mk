@@ -27,7 +27,7 @@ $(BUILD)/bench/micro: $(BUILD)/bench/obj/micro.o $(BUILD)/libkprism.a
 
 -include $(wildcard $(BUILD)/bench/obj/*.d)
 
-.PHONY: bench bench-failover bench-probes bench-busy bench-compare bench-deps
+.PHONY: bench bench-failover bench-probes bench-probes-go bench-busy bench-compare bench-deps
 
 # Micro-benchmarks (about 30 s; see bench/RESULTS.md): BENCH_ARGS=--benchmark_filter=Pick etc.
 ## BENCH_ARGS=: passed to build/bench/micro, e.g. --benchmark_filter=Pick
@@ -37,6 +37,15 @@ bench: $(BUILD)/bench/micro ## Google Benchmark micro-benchmarks, about 30 s (BE
 # CPU per 1000 readiness probes with and without TLS session resumption (about 30 s).
 bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost ## CPU per 1000 readiness probes, with and without TLS resumption (about 30 s)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/probe_cost $(SECONDS)
+
+# The same against the Go kube-apiserver stand-in (tests/apiserver): its CPU per 1000 probes with a
+# full and a resumed handshake, TLS 1.3 and 1.2 (--tls-max-version), and the cores 5000 nodes cost
+# each apiserver (about 75 s; the four modes take turns in 5 slices). PROBE_PATH=/readyz/ping
+# probes without the stand-in's two store round trips per /readyz. See bench/RESULTS.md.
+## SECONDS=10: seconds per mode of bench-probes and bench-probes-go
+## PROBE_PATH=/readyz: the path bench-probes-go probes (health.path)
+bench-probes-go: $(BUILD)/kprism $(BUILD)/kprism-apiserver $(BUILD)/bench/probe_cost ## CPU per 1000 probes on the Go apiserver stand-in: TLS 1.3 and 1.2, full and resumed; cores at 5000 nodes (about 75 s)
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) $(BUILD)/bench/probe_cost $(SECONDS) --apiserver $(abspath $(BUILD)/kprism-apiserver)$(if $(PROBE_PATH), --path $(PROBE_PATH))
 
 # Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover ## failover timing with default health settings (about 90 s)
