@@ -60,7 +60,6 @@ class Load:
         self.ctx, self.port, self.timeout = ctx, port, timeout
         self.log = Log()
         self.events = []  # watch: (t, name, resourceVersion) of every ADDED s-* object
-        self.watch_breaks = []  # times the watch ended or broke
         self.holder_server = [""] * holders
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._requester, args=(period,), daemon=True) for _ in range(requesters)]
@@ -168,7 +167,6 @@ class Load:
             finally:
                 conn.close()
             if not self.stop.is_set():
-                self.watch_breaks.append(time.monotonic())
                 self.stop.wait(0.1)
 
 
