@@ -2,6 +2,8 @@
 // Selection policies (random, least-connections, latency) and the eligibility rules around them.
 #include "kprism/policy.h"
 
+#include <utility>
+
 #include "kprism/random.h"
 
 namespace kprism {
@@ -82,6 +84,19 @@ std::unique_ptr<Policy> make_policy(PolicyKind kind) {
     return std::make_unique<RandomPolicy>();
 }
 
+namespace {
+
+// Moves the candidates that are not over their share to the front; returns how many there are,
+// or n when every candidate is over (then all stay candidates).
+size_t drop_over_share(Upstream** c, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (!c[i]->over_share) std::swap(c[k++], c[i]);
+    return k > 0 ? k : n;
+}
+
+}  // namespace
+
 Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback) {
     Upstream* up[kMaxUpstreams];
     Upstream* in_zone[kMaxUpstreams];
@@ -107,9 +122,10 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
         }
     }
     // While an up upstream in the node's zone exists, stay in the zone (untried ones first, then
-    // the rest of the up ones as retries).
-    if (zone_up && n_zone > 0) return policy.choose(in_zone, n_zone);
-    if (n_up > 0) return policy.choose(up, n_up);
+    // the rest of the up ones as retries). Upstreams over their share (rebalancer.h) are left out
+    // while another candidate is not.
+    if (zone_up && n_zone > 0) return policy.choose(in_zone, drop_over_share(in_zone, n_zone));
+    if (n_up > 0) return policy.choose(up, drop_over_share(up, n_up));
     if (!fallback) return nullptr;
     if (n_unknown > 0) return policy.choose(unknown, n_unknown);
     if (n_down > 0) return policy.choose(down, n_down);

@@ -82,6 +82,7 @@ struct Upstream {
     uint64_t last_ready_ms = 0;
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
     bool fast_tier = false;  // in the nearest latency tier (latency policy)
+    bool over_share = false;  // holds more than its share of this node's connections (rebalancer.h)
 
     // Passive detection: consecutive failed client connects back the upstream off until retry_at.
     // Orders the fallback when nothing is up (fail-open), e.g. during kubelet TLS bootstrap.
