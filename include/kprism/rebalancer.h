@@ -24,7 +24,7 @@ struct ShareInput {
 
 struct SharePlan {
     std::vector<uint32_t> moves;     // per upstream: connections to close now
-    std::vector<bool> over_share;    // per upstream: new connections should avoid it
+    std::vector<uint32_t> room;      // per upstream: new connections it takes first (below its share)
     uint32_t fair_ceil = 0;          // the most connections an eligible upstream should hold
 };
 

@@ -82,7 +82,9 @@ struct Upstream {
     uint64_t last_ready_ms = 0;
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
     bool fast_tier = false;  // in the nearest latency tier (latency policy)
-    bool over_share = false;  // holds more than its share of this node's connections (rebalancer.h)
+    // New connections this upstream takes before the others, until it holds its share of this
+    // node's connections (set by rebalancing, rebalancer.h; 0 while no plan is in force).
+    uint32_t share_room = 0;
 
     // Passive detection: consecutive failed client connects back the upstream off until retry_at.
     // Orders the fallback when nothing is up (fail-open), e.g. during kubelet TLS bootstrap.
