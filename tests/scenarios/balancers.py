@@ -130,9 +130,9 @@ backend be
                 and r.get("svname") not in ("FRONTEND", "BACKEND")}
 
 
-def start_all(d, kprism_bin, cluster, cert_pem, prefix="", tcp=True):
+def start_all(d, kprism_bin, cluster, cert_pem, prefix="", tcp=True, kprism_args=()):
     """kprism, HAProxy mTLS and (tcp) HAProxy TCP, all up on every stand-in."""
-    bs = [Kprism(d, f"{prefix}kprism", kprism_bin, cluster, cert_pem),
+    bs = [Kprism(d, f"{prefix}kprism", kprism_bin, cluster, cert_pem, kprism_args),
           Haproxy(d, f"{prefix}haproxy-mtls", cluster, cert_pem, True)]
     if tcp:
         bs.append(Haproxy(d, f"{prefix}haproxy-tcp", cluster, cert_pem, False))

@@ -4,7 +4,7 @@
 kube-apiserver stand-ins, for HAProxy with an mTLS GET /readyz check and HAProxy with a TCP check.
 See tests/scenarios/README.md for what each scenario does and measures.
 
-Usage: run.py KPRISM_BIN APISERVER_BIN [--full] [--only 1a,2a,...] [--out FILE]
+Usage: run.py KPRISM_BIN APISERVER_BIN [--full] [--only 1a,2a,...] [--out FILE] [--kprism-args "FLAGS"]
   --quick (default): short windows, for CI (about 4 minutes); --full: full durations
   (rolling restarts with pauses of 5 s, 60 s windows, 10 minutes after a return, 3-minute
   certificates; about 25 minutes), for the table in tests/scenarios/RESULTS.md.
@@ -109,7 +109,8 @@ class Run:
         self.cl = clu.Cluster(self.args.apiserver, self.d)
         self.ctx = ld.tls_context(self.cl.pki)
         rv = ld.create_target(self.ctx, self.cl.servers[0])
-        self.bs = balancers.start_all(self.d, self.args.kprism, self.cl, self.cl.pki.kubelet_pem)
+        self.bs = balancers.start_all(self.d, self.args.kprism, self.cl, self.cl.pki.kubelet_pem,
+                                      kprism_args=self.args.kprism_args.split())
         ok("kprism, HAProxy mTLS /readyz and HAProxy TCP each see the three stand-ins up")
         self.labels = [b.label for b in self.bs]
         self.states = {lb: [] for lb in self.labels}
@@ -288,7 +289,8 @@ class Run:
         for tag in ("renewed", "expiring"):
             link = os.path.join(self.d, f"kubelet-client-current-{tag}.pem")
             os.symlink(pki.short_kubelet(f"{tag}-0", lifetime), link)
-            bs = balancers.start_all(self.d, self.args.kprism, self.cl, link, prefix=f"{tag}-", tcp=False)
+            bs = balancers.start_all(self.d, self.args.kprism, self.cl, link, prefix=f"{tag}-", tcp=False,
+                                     kprism_args=self.args.kprism_args.split())
             loads = {b.label: ld.Load(self.ctx, b.port, holders=10) for b in bs}
             sets[tag] = (link, bs, loads)
         t0 = time.monotonic()
@@ -360,6 +362,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="1a,1b,2a,2b,3,4,5")
     ap.add_argument("--out")
+    ap.add_argument("--kprism-args", default="", help="extra kprism flags, space-separated")
     args = ap.parse_args()
     for tool in ("haproxy", "openssl", "ss"):
         if not shutil.which(tool):
@@ -382,7 +385,7 @@ def main():
             check(m[kp].failed == 0, f"1b: none failed with a 5 s shutdown delay either ({m[kp].fails_text()})")
             late = [x for x in down_after[kp] if x is None or x > 6.0]
             check(not late, "1b: kprism marked each apiserver down within its 5 s probe interval of SIGTERM (/readyz "
-                  f"[-]shutdown is a 500, down at once): {down_after[kp]}")
+                  "[-]shutdown is a 500, down at once): " + ", ".join("never" if x is None else f"{x:.1f} s" for x in down_after[kp]))
         for key, idx, what in (("2a", 0, "the node's own, listed first"), ("2b", 2, "another node's")):
             if key in only:
                 m, c1, t0 = r.etcd_one(key, idx, what)
