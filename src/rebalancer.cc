@@ -17,7 +17,7 @@ namespace kprism {
 SharePlan plan_rebalance(const std::vector<ShareInput>& ups, uint32_t budget) {
     SharePlan p;
     p.moves.assign(ups.size(), 0);
-    p.room.assign(ups.size(), 0);
+    p.target.assign(ups.size(), 0);
     uint64_t total = 0, eligible = 0;
     for (const auto& u : ups) {
         if (u.up) total += u.connections;
@@ -32,8 +32,7 @@ SharePlan plan_rebalance(const std::vector<ShareInput>& ups, uint32_t budget) {
         const ShareInput& u = ups[i];
         if (!u.up) continue;
         uint32_t allowed = u.eligible ? p.fair_ceil : 0;
-        // New connections (the moved ones reconnecting among them) go first where there is room.
-        if (u.connections < allowed) p.room[i] = allowed - u.connections;
+        p.target[i] = allowed;
         if (u.connections > allowed) excess[i] = std::min(u.connections - allowed, u.movable);
     }
     // The budget goes one move at a time to the upstream with the most excess left, so a small
@@ -93,7 +92,7 @@ void Rebalancer::tick() {
     tokens_ = std::min(static_cast<double>(s.rebalance_max_per_minute),
                        tokens_ + static_cast<double>(now - refilled_ms_) * per_ms);
     refilled_ms_ = now;
-    for (size_t i = 0; i < pool.size(); ++i) pool[i].share_room = 0;
+    for (size_t i = 0; i < pool.size(); ++i) pool[i].share_target = 0;
     // Nothing to move to while failing open, and nothing is known without checks.
     if (!s.rebalance || srv_.control().failing_open() || pool.up_count() < 1) return;
 
@@ -120,7 +119,7 @@ void Rebalancer::tick() {
     });
     auto budget = static_cast<uint32_t>(tokens_);
     SharePlan plan = plan_rebalance(in, budget);
-    for (size_t i = 0; i < pool.size(); ++i) pool[i].share_room = plan.room[i];
+    for (size_t i = 0; i < pool.size(); ++i) pool[i].share_target = plan.target[i];
 
     uint32_t planned = 0;
     for (uint32_t m : plan.moves) planned += m;

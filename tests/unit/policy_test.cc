@@ -502,16 +502,21 @@ TEST(HealthNames, All) {
 namespace kprism {
 namespace {
 
-TEST_F(PickTest, RoomBelowShareIsFilledFirstThenRandomAgain) {
-    pool[1].share_room = 5;
-    auto hits = histogram(*random, 5);
-    EXPECT_EQ(hits[&pool[1]], 5);
-    EXPECT_EQ(pool[1].share_room, 0u);
+TEST_F(PickTest, BelowShareIsFilledFirstThenRandomAgain) {
+    for (size_t i = 0; i < 3; ++i) pool[i].share_target = 10;
+    pool[0].active = pool[2].active = 10;
+    pool[1].active = 4;
+    auto hits = histogram(*random, 50);
+    EXPECT_EQ(hits[&pool[1]], 50) << "counted live: picks alone do not fill it";
+    pool[1].active = 10;
+    EXPECT_EQ(histogram(*random, 600).size(), 3u);
+    for (size_t i = 0; i < 3; ++i) pool[i].share_target = 0;  // no plan: no preference
+    pool[1].active = 0;
     EXPECT_EQ(histogram(*random, 600).size(), 3u);
 }
 
-TEST_F(PickTest, RoomOnATriedUpstreamLeavesTheOthers) {
-    pool[1].share_room = 5;
+TEST_F(PickTest, BelowShareOnATriedUpstreamLeavesTheOthers) {
+    for (size_t i = 0; i < 3; ++i) pool[i].share_target = 10;
     auto hits = histogram(*random, 300, TriedSet{1} << 1);
     EXPECT_EQ(hits.count(&pool[1]), 0u);
     EXPECT_EQ(hits.count(nullptr), 0u);
@@ -532,7 +537,7 @@ TEST(PlanRebalance, ReturningUpstreamGetsItsShare) {
     SharePlan p = plan_rebalance({up(0, 0), up(15, 15), up(15, 15)}, 100);
     EXPECT_EQ(p.fair_ceil, 10u);
     EXPECT_EQ(p.moves, (std::vector<uint32_t>{0, 5, 5}));
-    EXPECT_EQ(p.room, (std::vector<uint32_t>{10, 0, 0}));
+    EXPECT_EQ(p.target, (std::vector<uint32_t>{10, 10, 10}));
 }
 
 TEST(PlanRebalance, BudgetTakesFromTheWorstFirst) {
@@ -562,14 +567,14 @@ TEST(PlanRebalance, DownUpstreamsAreNotCountedOrMoved) {
     down.eligible = false;
     SharePlan p = plan_rebalance({down, up(3, 3), up(3, 3)}, 100);
     EXPECT_EQ(p.moves, (std::vector<uint32_t>{0, 0, 0}));
-    EXPECT_EQ(p.room, (std::vector<uint32_t>{0, 0, 0}));
+    EXPECT_EQ(p.target, (std::vector<uint32_t>{0, 3, 3}));
 }
 
 TEST(PlanRebalance, UpButNotEligibleGivesEverythingBack) {
     // Another zone's upstream while this zone has one up: its connections belong in the zone.
     SharePlan p = plan_rebalance({up(0, 0), up(6, 6, false)}, 100);
     EXPECT_EQ(p.moves, (std::vector<uint32_t>{0, 6}));
-    EXPECT_EQ(p.room, (std::vector<uint32_t>{6, 0}));
+    EXPECT_EQ(p.target, (std::vector<uint32_t>{6, 0}));
 }
 
 TEST(PlanRebalance, NothingEligibleOrNothingHeld) {
