@@ -159,6 +159,13 @@ void Connection::on_timer(uv_timer_t* t) {
     case TimerFor::removed:
         c->close("endpoint removed by reload: drain timeout");
         break;
+    case TimerFor::rebalance:
+        // Re-checked now: moved only while its upstream is up (a down one is close_on_down's).
+        if (c->up_ && c->up_->health == Health::up && !c->up_->removed) {
+            c->srv_.note_rebalanced();
+            c->close("rebalance: upstream over its share");
+        }
+        break;
     case TimerFor::none: break;
     }
 }
@@ -272,6 +279,12 @@ void Connection::close_later_for_removal(uint64_t drain_ms) {
     if (closing_ || state_ != State::splicing || (awaiting_answer_ && !first_flight_.empty())) return;
     timer_for_ = TimerFor::removed;
     uv_timer_start(&timer_, on_timer, drain_ms, 0);
+}
+
+void Connection::close_later_for_rebalance(uint64_t delay_ms) {
+    if (!movable()) return;
+    timer_for_ = TimerFor::rebalance;
+    uv_timer_start(&timer_, on_timer, delay_ms, 0);
 }
 
 void Connection::close_later_for_down(uint64_t delay_ms) {

@@ -150,6 +150,8 @@ std::string render_metrics(const Snapshot& s) {
 
     w.family("kprism_connections_closed_upstream_down_total", "counter", "Established connections closed because their upstream went down.");
     w.sample("", s.stats.closed_for_down);
+    w.family("kprism_connections_rebalanced_total", "counter", "Established connections closed by rebalancing to move them off an upstream over its share.");
+    w.sample("", s.stats.rebalanced);
     w.family("kprism_fail_open_active", "gauge", "1 during an episode of no upstream up (logged as \"no upstream ready\"; failing open or closed), else 0.");
     w.sample("", s.fail_open ? 1 : 0);
     w.family("kprism_fail_open_episodes_total", "counter", "Episodes of no upstream up.");

@@ -82,6 +82,10 @@ struct Upstream {
     uint64_t last_ready_ms = 0;
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
     bool fast_tier = false;  // in the nearest latency tier (latency policy)
+    // Its share of this node's connections, from rebalancing's last plan (rebalancer.h; 0: no
+    // plan). While `active` is below it, new connections go here before the upstreams at it.
+    uint32_t share_target = 0;
+    bool below_share() const { return share_target > 0 && active < share_target; }
 
     // Passive detection: consecutive failed client connects back the upstream off until retry_at.
     // Orders the fallback when nothing is up (fail-open), e.g. during kubelet TLS bootstrap.
