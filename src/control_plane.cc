@@ -89,14 +89,15 @@ std::string ControlPlane::summary() const {
     return s;
 }
 
-void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down) {
+void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down,
+                                const FailingChecks& checks) {
     bool was_unauthorized = u.has_result && u.last_result == CheckResult::unauthorized;
     if (r == CheckResult::unauthorized && !was_unauthorized)
         log::error("health check unauthorized: the apiserver does not accept kprism's client certificate; this is "
                    "a misconfiguration, not an unready apiserver",
                    {{"upstream", u.name}, {"error", error}, {"client_cert", config().s.client_cert},
                     {"subject", tls_->subject()}});
-    ups_.record(u, r, error, explicit_down, uv_now(loop()));
+    ups_.record(u, r, error, explicit_down, uv_now(loop()), checks);
 }
 
 void ControlPlane::passive_failure(Upstream& u, ConnectFailure why, std::string_view detail,

@@ -118,6 +118,11 @@ std::string render_metrics(const Snapshot& s) {
     for (const Upstream* u : ups)
         for (Health h : {Health::up, Health::down, Health::unknown})
             w.sample(up_label(*u, "state", health_name(h)), u->health == h ? 1 : 0);
+    w.family("kprism_upstream_down_reason", "gauge", "Why the upstream is down: 1 for its reason (shutdown, etcd, other: the failing /readyz checks; unauthorized, connect, timeout, tls: the check result), 0 for the others; all 0 while it is not down.");
+    for (const Upstream* u : ups)
+        for (size_t i = 0; i < kDownReasons; ++i)
+            w.sample(up_label(*u, "reason", down_reason_name(static_cast<DownReason>(i))),
+                     u->health == Health::down && u->down_reason == static_cast<DownReason>(i) ? 1 : 0);
     w.family("kprism_upstream_transitions_total", "counter", "Health changes of the upstream, by the state it went to.");
     for (const Upstream* u : ups) {
         w.sample(up_label(*u, "to", "up"), u->went_up);

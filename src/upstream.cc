@@ -86,6 +86,18 @@ CheckResult check_result_of(ConnectFailure f) {
                                                                             : CheckResult::connect_failed;
 }
 
+DownReason down_reason_of(CheckResult r, const FailingChecks& checks) {
+    switch (r) {
+    case CheckResult::not_ready: return down_reason_of_checks(checks);
+    case CheckResult::timeout: return DownReason::timeout;
+    case CheckResult::connect_failed: return DownReason::connect;
+    case CheckResult::tls_failed: return DownReason::tls;
+    case CheckResult::unauthorized: return DownReason::unauthorized;
+    case CheckResult::ready: break;
+    }
+    return DownReason::other;
+}
+
 Upstream* UpstreamPool::find(const HostPort& addr) {
     for (auto& u : ups_)
         if (!u->removed && u->addr == addr) return u.get();
@@ -158,14 +170,21 @@ void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, 
     if (on_change) on_change(u, old);
 }
 
-bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now) {
+bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                          const FailingChecks& checks) {
     Health before = u.health;
-    bool class_changed = !u.has_result || u.last_result != r;
+    FailingChecks failing = r == CheckResult::not_ready ? checks : FailingChecks{};
+    bool class_changed = !u.has_result || u.last_result != r || u.failing_checks != failing;
     u.has_result = true;
     u.last_result = r;
     u.last_error = error;
+    u.last_result_ms = now;
+    u.failing_checks = std::move(failing);
+    if (r != CheckResult::ready) u.down_reason = down_reason_of(r, u.failing_checks);
     ++u.checks[static_cast<int>(r)];
-    std::string reason = error.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), error);
+    // The failing checks say why better than the body they came in ("not_ready: etcd,shutdown").
+    std::string why = u.failing_checks.empty() ? error : u.failing_checks.str();
+    std::string reason = why.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), why);
     if (r == CheckResult::ready) {
         u.last_ready_ms = now;
         u.falls = 0;
@@ -185,7 +204,7 @@ bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, 
                                                   {"error", error}, {"falls", u.falls}, {"need", policy.fall}});
         } else if (class_changed) {
             log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)}, {"error", error},
-                                              {"health", "down"}});
+                                              {"checks", u.failing_checks.str()}, {"health", "down"}});
         }
     }
     return u.health != before;

@@ -56,7 +56,9 @@ public:
     std::string summary() const;
 
     // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
-    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
+    // `checks`: the failing checks its /readyz body named.
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down,
+                      const FailingChecks& checks = {});
     // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
     // counted like a failed check, and a probe is started at once.
     void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);

@@ -10,11 +10,16 @@
 #include <string>
 
 #include "kprism/http_response.h"
+#include "kprism/readyz_body.h"
 #include "kprism/upstream.h"
 
 namespace kprism {
 
 class ControlPlane;
+
+// What a probe keeps of a response, headers and body (a /readyz body past kReadyzBodyMax bytes
+// is not read at all).
+constexpr size_t kProbeResponseMax = 16384;
 
 // Owned by the ControlPlane (one per upstream). Its handles are closed by close(); the memory is
 // released with the ControlPlane after the loop has stopped. Each probe opens a new TCP connection so
@@ -43,7 +48,7 @@ private:
     void flush();
     void conclude();
     void fail_tls(const char* during);
-    void finish(CheckResult r, std::string error, bool explicit_down = false);
+    void finish(CheckResult r, std::string error, bool explicit_down = false, const FailingChecks& checks = {});
     void schedule_next();
     std::string request() const;
 
@@ -71,7 +76,7 @@ private:
     BIO* wbio_ = nullptr;  // OpenSSL -> network (owned by ssl_)
     SSL_SESSION* session_ = nullptr;
     uint64_t session_generation_ = 0;
-    HttpResponseParser parser_;
+    HttpResponseParser parser_{kProbeResponseMax, kReadyzBodyMax};
     uint64_t started_ms_ = 0;
     uint64_t connect_started_ns_ = 0;
     uint64_t probes_ = 0;

@@ -15,6 +15,7 @@
 
 #include "kprism/address.h"
 #include "kprism/histogram.h"
+#include "kprism/readyz_body.h"
 
 namespace kprism {
 
@@ -53,6 +54,8 @@ ConnectError connect_error_of(ConnectFailure f);
 // How a passive failure counts among the check results: silence is a timeout, the rest a
 // failed connect.
 CheckResult check_result_of(ConnectFailure f);
+// The kprism_upstream_down_reason label of a failed result (`checks`: its failing checks).
+DownReason down_reason_of(CheckResult r, const FailingChecks& checks);
 
 struct Upstream {
     size_t index = 0;
@@ -78,6 +81,11 @@ struct Upstream {
     bool has_result = false;
     CheckResult last_result = CheckResult::ready;
     std::string last_error;
+    uint64_t last_result_ms = 0;  // loop time of the last result (check or passive failure)
+    // The apiserver's failing checks in its last result (not_ready only; empty otherwise).
+    FailingChecks failing_checks;
+    // Why it is out: set by each failed result, kept through the ready ones of its rise.
+    DownReason down_reason = DownReason::other;
     uint64_t last_change_ms = 0;
     uint64_t last_ready_ms = 0;
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
@@ -138,8 +146,10 @@ public:
     void connect_succeeded(Upstream& u);
 
     // Applies one check result with rise/fall. `explicit_down` marks the apiserver's own verdict
-    // (HTTP 5xx), which takes an up upstream down at once. Returns true if health changed.
-    bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now);
+    // (HTTP 5xx), which takes an up upstream down at once; `checks` are the failing checks its
+    // /readyz named (not_ready), the reason logged instead of the body. Returns true if health changed.
+    bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                const FailingChecks& checks = {});
     // Feeds a probe's connect time into the EWMA and recomputes latency tiers.
     void record_rtt(Upstream& u, double rtt_ms);
 
