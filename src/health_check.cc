@@ -76,11 +76,16 @@ void HealthChecker::close() {
     begin_when_closed_ = false;
 }
 
-void HealthChecker::check_soon() {
+void HealthChecker::check_soon(bool defer) {
     if (!handles_open_ || phase_ != Phase::idle) return;
     uint64_t now = uv_now(cp_.loop());
-    if (probes_ > 0 && now - started_ms_ < 250) return;
-    uv_timer_start(&timer_, on_timer, 0, 0);  // from the loop, not from the caller's stack
+    uint64_t wait = 0;
+    if (probes_ > 0 && now - started_ms_ < kMinGapMs) {
+        if (!defer) return;
+        wait = kMinGapMs - (now - started_ms_);
+        if (uv_timer_get_due_in(&timer_) <= wait) return;  // already due by then
+    }
+    uv_timer_start(&timer_, on_timer, wait, 0);  // from the loop, not from the caller's stack
 }
 
 void HealthChecker::on_timer(uv_timer_t* t) { static_cast<HealthChecker*>(t->data)->begin(); }

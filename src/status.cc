@@ -87,6 +87,7 @@ std::string render_status_json(const Snapshot& s) {
         ups.push_back(std::move(entry));
     }
     doc["upstreams"] = std::move(ups);
+    doc["condition"] = or_null(s.etcd_quorum_lost, "no-etcd-quorum");
     return json_dump(doc) + "\n";
 }
 
@@ -147,6 +148,8 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
     d.ready = ready->get<bool>();
     d.fail_open = fail_open->get<bool>();
     if (auto dr = doc.find("draining"); dr != doc.end() && dr->is_boolean()) d.draining = dr->get<bool>();
+    if (auto c = doc.find("condition"); c != doc.end() && c->is_string())
+        d.condition = c->get<std::string>().substr(0, 64);
     d.connections_active = count_of(*active);
     if (auto pid = doc.find("pid"); pid != doc.end() && pid->is_number()) d.pid = int_of(*pid);
     if (auto rl = doc.find("reload"); rl != doc.end()) {

@@ -175,9 +175,11 @@ std::string error_cell(std::string_view error, size_t max) {
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color) {
     size_t up = 0;
     for (const auto& u : d.upstreams) up += u.state == "up";
-    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}\n", d.version, up,
+    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}{}\n", d.version, up,
                                   d.upstreams.size(), d.connections_active, d.connections_active == 1 ? "" : "s",
-                                  d.fail_open ? ", no upstream ready" : "", d.draining ? ", shutting down" : "");
+                                  d.fail_open ? ", no upstream ready" : "",
+                                  d.condition == "no-etcd-quorum" ? ", no etcd quorum" : "",
+                                  d.draining ? ", shutting down" : "");
     std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "CHECKS", "RTT", "CONNS", "SINCE", "ERROR"}};
     for (const auto& u : d.upstreams) {
         std::string since = "-";

@@ -33,8 +33,10 @@ public:
 
     void start(uint64_t first_delay_ms);
     // A passive signal suggests the upstream is sick: probe now unless one is running or the last
-    // one started under 250 ms ago.
-    void check_soon();
+    // one started under kMinGapMs ago. `defer`: then as soon as kMinGapMs have passed instead
+    // (a fresh result is wanted, not just a hint given).
+    void check_soon(bool defer = false);
+    static constexpr uint64_t kMinGapMs = 250;
     void close();
 
     // For the SSL_CTX new-session callback.

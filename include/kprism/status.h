@@ -19,7 +19,8 @@ namespace kprism {
 //  "upstreams":[{"address", "zone", "state": "up"|"down"|"unknown", "last_result": name|null,
 //  "last_error", "last_change_unix": seconds|null, "rtt_ms": number|null, "active_connections",
 //  "failing_checks": [names the last /readyz answer failed, at most 8], "failing_checks_more": N,
-//  "down_reason": "shutdown"|"etcd"|"other"|"unauthorized"|"connect"|"timeout"|"tls"|null (not down)}]}
+//  "down_reason": "shutdown"|"etcd"|"other"|"unauthorized"|"connect"|"timeout"|"tls"|null (not down)}],
+//  "condition": "no-etcd-quorum" (every upstream down for its etcd checks) | null}
 // reload.generation counts finished reload attempts (ok + failed); `kprism reload` waits for it to
 // move. Strings are valid UTF-8 (invalid bytes from an upstream become U+FFFD).
 std::string render_status_json(const Snapshot& s);
@@ -55,6 +56,7 @@ struct StatusDoc {
     StatusReload reload;
     bool ready = false;
     bool fail_open = false;
+    std::string condition;  // "no-etcd-quorum"; empty: null or absent
     bool draining = false;
     uint64_t connections_active = 0;
     std::vector<StatusUpstream> upstreams;

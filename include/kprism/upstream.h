@@ -97,6 +97,14 @@ struct Upstream {
     uint64_t retry_at_ms = 0;  // loop time (uv_now); 0 = no backoff
     uint64_t backoff_ms = 0;
 
+    // Loop times of the last connections the upstream ended first (ControlPlane::upstream_ended),
+    // a ring; 0 = none.
+    uint64_t upstream_ends_ms[3] = {};
+    uint8_t upstream_ends_next = 0;
+    uint64_t close_bursts = 0;
+    // Went down for etcd: its connections' closes wait until this loop time plus the hold; 0 = none.
+    uint64_t close_held_since_ms = 0;
+
     // Counters.
     uint32_t active = 0;
     uint64_t total = 0;
