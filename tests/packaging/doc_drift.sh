@@ -226,6 +226,11 @@ excerpt=$(kib "$(code 'kReadyzBodyMax\s*=\s*([^;]+);')")
 check "probe body kReadyzBodyMax (KiB)" "$excerpt" kprism.8 'up to # KiB of its body'
 pmax=$(kib "$(code 'kProbeResponseMax\s*=\s*([^;]+);')")
 check "probe response bound kProbeResponseMax (KiB)" "$pmax" kprism.8 'never more than # KiB in all'
+burst=$(code 'kCloseBurst\s*=\s*([^;]+);')
+burst_age=$(sec "$(code 'kCloseBurstMinAgeMs\s*=\s*([^;]+);')" 1000)
+burst_win=$(sec "$(code 'kCloseBurstWindowMs\s*=\s*([^;]+);')" 1000)
+check "close burst ControlPlane::kCloseBurst, kCloseBurstMinAgeMs (s)" "$burst $burst_age" kprism.8 '# connections older than # s whose'
+check "close burst window ControlPlane::kCloseBurstWindowMs (s)" "$burst_win" kprism.8 'before their client did, within # s'
 names=$(code 'kMaxNames\s*=\s*([^;]+);')
 namelen=$(code 'kMaxNameLen\s*=\s*([^;]+);')
 check "failing check names FailingChecks::kMaxNames" "$names" kprism.8 'reason an upstream is out: at most #,'
