@@ -154,7 +154,8 @@ void UpstreamPool::connect_succeeded(Upstream& u) {
     u.retry_at_ms = 0;
 }
 
-void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, uint64_t now) {
+void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, uint64_t now,
+                              const std::string& detail) {
     Health old = u.health;
     if (old == h) return;
     u.health = h;
@@ -164,8 +165,12 @@ void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, 
     if (h == Health::down) ++u.went_down;
     u.rises = u.falls = 0;
     auto level = h == Health::up ? log::Level::info : log::Level::warn;
-    log::write(level, h == Health::up ? "upstream up" : "upstream down",
-               {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}});
+    if (detail.empty())
+        log::write(level, h == Health::up ? "upstream up" : "upstream down",
+                   {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}});
+    else
+        log::write(level, h == Health::up ? "upstream up" : "upstream down",
+                   {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}, {"error", detail}});
     update_tiers();
     if (on_change) on_change(u, old);
 }
@@ -185,6 +190,8 @@ bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, 
     // The failing checks say why better than the body they came in ("not_ready: etcd,shutdown").
     std::string why = u.failing_checks.empty() ? error : u.failing_checks.str();
     std::string reason = why.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), why);
+    // The apiserver's own text stays in the line beside them.
+    const std::string detail = u.failing_checks.empty() ? "" : error;
     if (r == CheckResult::ready) {
         u.last_ready_ms = now;
         u.falls = 0;
@@ -195,10 +202,10 @@ bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, 
     } else {
         u.rises = 0;
         if (u.health == Health::unknown) {
-            set_health(u, Health::down, reason, now);
+            set_health(u, Health::down, reason, now, detail);
         } else if (u.health == Health::up) {
             ++u.falls;
-            if (explicit_down || u.falls >= policy.fall) set_health(u, Health::down, reason, now);
+            if (explicit_down || u.falls >= policy.fall) set_health(u, Health::down, reason, now, detail);
             else
                 log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)},
                                                   {"error", error}, {"falls", u.falls}, {"need", policy.fall}});

@@ -168,7 +168,8 @@ public:
     static constexpr uint64_t kBackoffMaxMs = 30000;
 
 private:
-    void set_health(Upstream& u, Health h, const std::string& reason, uint64_t now);
+    // `detail`, when given, is logged beside the reason (the response the failing checks came in).
+    void set_health(Upstream& u, Health h, const std::string& reason, uint64_t now, const std::string& detail = "");
     void update_tiers();
     std::vector<std::unique_ptr<Upstream>> ups_;
 };
