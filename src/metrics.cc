@@ -23,6 +23,7 @@ Snapshot take_snapshot(Server& srv) {
     s.stats = srv.stats();
     s.connections_active = srv.active_connections();
     s.fail_open = srv.control().failing_open();
+    s.etcd_quorum_lost = srv.control().etcd_quorum_lost();
     s.draining = srv.draining();
     TlsClientContext& tls = srv.control().tls();
     s.client_cert_not_after = tls.get() ? tls.not_after() : 0;
@@ -118,6 +119,13 @@ std::string render_metrics(const Snapshot& s) {
     for (const Upstream* u : ups)
         for (Health h : {Health::up, Health::down, Health::unknown})
             w.sample(up_label(*u, "state", health_name(h)), u->health == h ? 1 : 0);
+    w.family("kprism_upstream_down_reason", "gauge", "Why the upstream is down: 1 for its reason (shutdown, etcd, other: the failing /readyz checks; unauthorized, connect, timeout, tls: the check result), 0 for the others; all 0 while it is not down.");
+    for (const Upstream* u : ups)
+        for (size_t i = 0; i < kDownReasons; ++i)
+            w.sample(up_label(*u, "reason", down_reason_name(static_cast<DownReason>(i))),
+                     u->health == Health::down && u->down_reason == static_cast<DownReason>(i) ? 1 : 0);
+    w.family("kprism_upstream_close_bursts_total", "counter", "Bursts of established connections the upstream ended itself (3 within 1 s), each starting a check at once.");
+    for (const Upstream* u : ups) w.sample(up_label(*u), u->close_bursts);
     w.family("kprism_upstream_transitions_total", "counter", "Health changes of the upstream, by the state it went to.");
     for (const Upstream* u : ups) {
         w.sample(up_label(*u, "to", "up"), u->went_up);
@@ -154,6 +162,8 @@ std::string render_metrics(const Snapshot& s) {
     w.sample("", s.stats.rebalanced);
     w.family("kprism_fail_open_active", "gauge", "1 during an episode of no upstream up (logged as \"no upstream ready\"; failing open or closed), else 0.");
     w.sample("", s.fail_open ? 1 : 0);
+    w.family("kprism_etcd_quorum_lost", "gauge", "1 while every upstream is down for its etcd checks (logged as \"control plane has no etcd quorum\"; nothing is closed for being down), else 0.");
+    w.sample("", s.etcd_quorum_lost ? 1 : 0);
     w.family("kprism_fail_open_episodes_total", "counter", "Episodes of no upstream up.");
     w.sample("", s.stats.fail_open_episodes);
     w.family("kprism_config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.");

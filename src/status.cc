@@ -79,9 +79,15 @@ std::string render_status_json(const Snapshot& s) {
             {"rtt_ms", or_null(u->rtt_ms >= 0, std::round(u->rtt_ms * 1000) / 1000)},
             {"active_connections", u->active},
         };
+        Json checks = Json::array();
+        for (const auto& n : u->failing_checks.names) checks.push_back(n);
+        entry["failing_checks"] = std::move(checks);
+        entry["failing_checks_more"] = u->failing_checks.more;
+        entry["down_reason"] = or_null(u->health == Health::down, down_reason_name(u->down_reason));
         ups.push_back(std::move(entry));
     }
     doc["upstreams"] = std::move(ups);
+    doc["condition"] = or_null(s.etcd_quorum_lost, "no-etcd-quorum");
     return json_dump(doc) + "\n";
 }
 
@@ -142,6 +148,8 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
     d.ready = ready->get<bool>();
     d.fail_open = fail_open->get<bool>();
     if (auto dr = doc.find("draining"); dr != doc.end() && dr->is_boolean()) d.draining = dr->get<bool>();
+    if (auto c = doc.find("condition"); c != doc.end() && c->is_string())
+        d.condition = c->get<std::string>().substr(0, 64);
     d.connections_active = count_of(*active);
     if (auto pid = doc.find("pid"); pid != doc.end() && pid->is_number()) d.pid = int_of(*pid);
     if (auto rl = doc.find("reload"); rl != doc.end()) {
@@ -183,6 +191,18 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         double r = rtt->is_null() ? -1 : rtt->get<double>();
         u.rtt_ms = std::isfinite(r) ? r : -1;
         u.active_connections = count_of(*conns);
+        // Optional (a kprism from before issue 14 has none); names are bounded like the daemon's.
+        if (auto fc = e.find("failing_checks"); fc != e.end() && fc->is_array()) {
+            for (const Json& n : *fc) {
+                if (!n.is_string()) continue;
+                if (u.failing_checks.names.size() < FailingChecks::kMaxNames)
+                    u.failing_checks.names.push_back(n.get<std::string>().substr(0, FailingChecks::kMaxNameLen));
+                else ++u.failing_checks.more;
+            }
+        }
+        if (auto m = e.find("failing_checks_more"); m != e.end() && m->is_number())
+            u.failing_checks.more += count_of(*m);
+        if (auto dr = e.find("down_reason"); dr != e.end() && dr->is_string()) u.down_reason = dr->get<std::string>();
         d.upstreams.push_back(std::move(u));
     }
     out = std::move(d);

@@ -175,17 +175,21 @@ std::string error_cell(std::string_view error, size_t max) {
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color) {
     size_t up = 0;
     for (const auto& u : d.upstreams) up += u.state == "up";
-    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}\n", d.version, up,
+    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}{}\n", d.version, up,
                                   d.upstreams.size(), d.connections_active, d.connections_active == 1 ? "" : "s",
-                                  d.fail_open ? ", no upstream ready" : "", d.draining ? ", shutting down" : "");
-    std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "RTT", "CONNS", "SINCE", "ERROR"}};
+                                  d.fail_open ? ", no upstream ready" : "",
+                                  d.condition == "no-etcd-quorum" ? ", no etcd quorum" : "",
+                                  d.draining ? ", shutting down" : "");
+    std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "CHECKS", "RTT", "CONNS", "SINCE", "ERROR"}};
     for (const auto& u : d.upstreams) {
         std::string since = "-";
         if (u.last_change_unix > 0)
             since = format_duration(Duration{std::max<int64_t>(0, now_unix - u.last_change_unix) * 1000});
         std::string err = error_cell(u.last_error);
+        // The failing checks, from a daemon-bounded list, made one printable cell here as well.
+        std::string checks = u.failing_checks.empty() ? "-" : error_cell(u.failing_checks.str());
         rows.push_back({u.address, u.zone.empty() ? "-" : u.zone, u.state, u.last_result.empty() ? "-" : u.last_result,
-                        u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
+                        checks, u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
                         fmt::format("{}", u.active_connections), since, err});
     }
     std::vector<size_t> width(rows[0].size(), 0);

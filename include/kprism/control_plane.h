@@ -50,21 +50,40 @@ public:
     bool all_judged() const;
     // An episode of no upstream ready is going on (failing open or closed).
     bool failing_open() const { return failing_open_; }
+    // Every live upstream is down for its etcd checks: the control plane has no etcd quorum.
+    // From that moment until one is up again nothing is closed for being down.
+    bool etcd_quorum_lost() const { return etcd_quorum_lost_; }
     // May a connection go to upstreams that are not up (fail-open, or nothing to check with)?
     bool fallback_allowed() const;
     // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
     std::string summary() const;
 
     // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
-    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
+    // `checks`: the failing checks its /readyz body named.
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down,
+                      const FailingChecks& checks = {});
     // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
     // counted like a failed check, and a probe is started at once.
     void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
+    // The upstream side ended an established connection first (FIN or reset before the client's),
+    // `age_ms` after it was accepted. kCloseBurst of those older than kCloseBurstMinAgeMs within
+    // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
+    void upstream_ended(Upstream& u, uint64_t age_ms);
+    static constexpr size_t kCloseBurst = 3;
+    static constexpr uint64_t kCloseBurstWindowMs = 1000;
+    static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
 
 private:
     void on_health_change(Upstream& u, Health old);
+    // Down for etcd: its closes wait (close_held_since_ms) until every other live upstream has a
+    // result from after that, or for at most two fast intervals, so that etcd lost everywhere at
+    // once is told from one apiserver losing it. review() ends holds and quorum episodes.
+    void hold_closes(Upstream& u);
+    void review();
+    void arm_hold_timer();
+    static void on_hold_timer(uv_timer_t* t);
     void close_connections_of(Upstream& u);
     void start_checker(Upstream& u, uint64_t first_delay_ms);
     void stop_checker(Upstream& u);
@@ -83,9 +102,11 @@ private:
     // with the ControlPlane.
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
+    uv_timer_t hold_timer_{};
     bool started_ = false;
     bool closed_ = false;
     bool failing_open_ = false;
+    bool etcd_quorum_lost_ = false;
 };
 
 }  // namespace kprism

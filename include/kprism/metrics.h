@@ -23,6 +23,7 @@ struct Snapshot {
     Stats stats;
     uint64_t connections_active = 0;
     bool fail_open = false;
+    bool etcd_quorum_lost = false;
     bool draining = false;
     int64_t client_cert_not_after = 0;  // unix time; 0: no certificate loaded
     double heartbeat_age_seconds = 0;

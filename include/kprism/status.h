@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kprism/metrics.h"
+#include "kprism/readyz_body.h"
 
 namespace kprism {
 
@@ -16,7 +17,10 @@ namespace kprism {
 //  "reload":{"generation":N, "ok":N, "failed":N, "last_result":"ok"|"failed"|null, "last_error",
 //            "last_changes", "last_unix": seconds|null},
 //  "upstreams":[{"address", "zone", "state": "up"|"down"|"unknown", "last_result": name|null,
-//  "last_error", "last_change_unix": seconds|null, "rtt_ms": number|null, "active_connections"}]}
+//  "last_error", "last_change_unix": seconds|null, "rtt_ms": number|null, "active_connections",
+//  "failing_checks": [names the last /readyz answer failed, at most 8], "failing_checks_more": N,
+//  "down_reason": "shutdown"|"etcd"|"other"|"unauthorized"|"connect"|"timeout"|"tls"|null (not down)}],
+//  "condition": "no-etcd-quorum" (every upstream down for its etcd checks) | null}
 // reload.generation counts finished reload attempts (ok + failed); `kprism reload` waits for it to
 // move. Strings are valid UTF-8 (invalid bytes from an upstream become U+FFFD).
 std::string render_status_json(const Snapshot& s);
@@ -35,6 +39,8 @@ struct StatusUpstream {
     int64_t last_change_unix = 0;  // 0: null
     double rtt_ms = -1;            // < 0: null
     uint64_t active_connections = 0;
+    FailingChecks failing_checks;  // empty when absent
+    std::string down_reason;       // empty: null or absent
 };
 struct StatusReload {
     uint64_t generation = 0, ok = 0, failed = 0;
@@ -50,6 +56,7 @@ struct StatusDoc {
     StatusReload reload;
     bool ready = false;
     bool fail_open = false;
+    std::string condition;  // "no-etcd-quorum"; empty: null or absent
     bool draining = false;
     uint64_t connections_active = 0;
     std::vector<StatusUpstream> upstreams;

@@ -53,6 +53,8 @@ const char* const kFamilies[][2] = {
     {"kprism_upstream_connect_errors_total", "counter"},
     {"kprism_upstream_bytes_total", "counter"},
     {"kprism_upstream_state", "gauge"},
+    {"kprism_upstream_down_reason", "gauge"},
+    {"kprism_upstream_close_bursts_total", "counter"},
     {"kprism_upstream_transitions_total", "counter"},
     {"kprism_health_checks_total", "counter"},
     {"kprism_health_check_duration_seconds", "histogram"},
@@ -60,6 +62,7 @@ const char* const kFamilies[][2] = {
     {"kprism_tls_handshakes_total", "counter"},
     {"kprism_connections_closed_upstream_down_total", "counter"},
     {"kprism_fail_open_active", "gauge"},
+    {"kprism_etcd_quorum_lost", "gauge"},
     {"kprism_fail_open_episodes_total", "counter"},
     {"kprism_config_reloads_total", "counter"},
     {"kprism_client_certificate_expiry_timestamp_seconds", "gauge"},
@@ -323,4 +326,25 @@ TEST(Heartbeat, FreshStaleAndRecentStall) {
     HeartbeatClock d;
     for (uint64_t t = 0; t <= 40; t += 4) d.tick((t + 1) * s);
     EXPECT_TRUE(d.healthy(41 * s + s / 2));
+}
+
+// One series per upstream and reason, a fixed set; 1 only on the reason of a down upstream.
+TEST(Metrics, DownReasonIsABoundedStateSet) {
+    Upstream a = make_upstream("10.0.0.1:6443");
+    Upstream b = make_upstream("10.0.0.2:6443");
+    a.health = Health::up;
+    a.down_reason = DownReason::timeout;  // left from an earlier outage: not shown while up
+    b.health = Health::down;
+    b.down_reason = DownReason::etcd;
+    std::string out = render_metrics(snapshot_of({&a, &b}));
+    size_t series = 0, ones = 0;
+    for (const auto& l : lines(out)) {
+        if (l.rfind("kprism_upstream_down_reason{", 0) != 0) continue;
+        ++series;
+        if (l.back() == '1') ++ones;
+    }
+    EXPECT_EQ(series, 2 * kDownReasons);
+    EXPECT_EQ(ones, 1u);
+    EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.2:6443\",reason=\"etcd\"} 1\n"), std::string::npos);
+    EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.1:6443\",reason=\"timeout\"} 0\n"), std::string::npos);
 }

@@ -129,6 +129,8 @@ struct Fixture {
         b.has_result = true;
         b.last_result = CheckResult::not_ready;
         b.last_error = "HTTP 500: [-]etcd \"failed\"\n";
+        b.failing_checks.names = {"etcd"};
+        b.down_reason = DownReason::etcd;
         b.last_change_unix = 1500;
         c.name = "[fd00::3]:6443";
         s.version = "0.9.0";
@@ -162,6 +164,11 @@ TEST(Status, JsonRoundTrip) {
     EXPECT_EQ(d.upstreams[0].active_connections, 17u);
     EXPECT_EQ(d.upstreams[0].last_change_unix, 1000);
     EXPECT_EQ(d.upstreams[1].last_error, "HTTP 500: [-]etcd \"failed\"\n");
+    EXPECT_EQ(d.upstreams[1].failing_checks.names, (std::vector<std::string>{"etcd"}));
+    EXPECT_EQ(d.upstreams[1].down_reason, "etcd");
+    EXPECT_EQ(d.upstreams[0].down_reason, "") << "null: not down";
+    EXPECT_NE(json.find(R"("failing_checks":["etcd"],"failing_checks_more":0,"down_reason":"etcd")"), std::string::npos)
+        << json;
     EXPECT_EQ(d.upstreams[2].state, "unknown");
     EXPECT_EQ(d.upstreams[2].last_result, "") << "null";
     EXPECT_LT(d.upstreams[2].rtt_ms, 0) << "null";
@@ -285,10 +292,10 @@ TEST(Status, Table) {
     std::string t = render_status_table(d, 1192, false);
     EXPECT_EQ(t,
               "kprism 0.9.0: 1 of 3 upstreams up, 17 connections\n"
-              "UPSTREAM        ZONE    STATE    LAST RESULT  RTT    CONNS  SINCE  ERROR\n"
-              "10.0.0.1:6443   zone-a  up       ready        1.4ms  17     3m12s\n"
-              "10.0.0.2:6443   -       down     not_ready    -      0      0s     HTTP 500: [-]etcd \"failed\"\n"
-              "[fd00::3]:6443  -       unknown  -            -      0      -\n");
+              "UPSTREAM        ZONE    STATE    LAST RESULT  CHECKS  RTT    CONNS  SINCE  ERROR\n"
+              "10.0.0.1:6443   zone-a  up       ready        -       1.4ms  17     3m12s\n"
+              "10.0.0.2:6443   -       down     not_ready    etcd    -      0      0s     HTTP 500: [-]etcd \"failed\"\n"
+              "[fd00::3]:6443  -       unknown  -            -       -      0      -\n");
     std::string colored = render_status_table(d, 1192, true);
     EXPECT_NE(colored.find("\x1b[32mup\x1b[0m       ready"), std::string::npos) << colored;
     EXPECT_NE(colored.find("\x1b[31mdown\x1b[0m"), std::string::npos);
