@@ -61,6 +61,7 @@ const char* const kFamilies[][2] = {
     {"kprism_upstream_probe_rtt_seconds", "gauge"},
     {"kprism_tls_handshakes_total", "counter"},
     {"kprism_connections_closed_upstream_down_total", "counter"},
+    {"kprism_connections_rebalanced_total", "counter"},
     {"kprism_fail_open_active", "gauge"},
     {"kprism_etcd_quorum_lost", "gauge"},
     {"kprism_fail_open_episodes_total", "counter"},
