@@ -94,8 +94,8 @@ void HealthChecker::begin() {
     uint64_t now = uv_now(cp_.loop());
     started_ms_ = now;
     ++probes_;
+    SSL_CTX* ctx = cp_.refresh_tls(now);
     TlsClientContext& tls = cp_.tls();
-    SSL_CTX* ctx = tls.refresh(now);
     if (!ctx || !up_.resolved) {
         // Nothing to check with (kubelet TLS bootstrap) or no address yet: the upstream stays
         // as it is and the selection fails open. Look again at the fast interval.
@@ -331,7 +331,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down)
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
     // From the connect, when the deadline started: the time health.timeout bounds.
     up_.check_duration.observe(static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e9);
-    cp_.record_check(up_, r, error, explicit_down);
+    cp_.record_check(up_, r, error, explicit_down, session_generation_);
     schedule_next();
 }
 

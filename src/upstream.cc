@@ -159,15 +159,25 @@ void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, 
 }
 
 bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now) {
-    Health before = u.health;
+    bool class_changed = note(u, r, error, now);
+    return apply(u, r, error, explicit_down, now, class_changed);
+}
+
+bool UpstreamPool::note(Upstream& u, CheckResult r, const std::string& error, uint64_t now) {
     bool class_changed = !u.has_result || u.last_result != r;
     u.has_result = true;
     u.last_result = r;
     u.last_error = error;
     ++u.checks[static_cast<int>(r)];
+    if (r == CheckResult::ready) u.last_ready_ms = now;
+    return class_changed;
+}
+
+bool UpstreamPool::apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                         bool class_changed) {
+    Health before = u.health;
     std::string reason = error.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), error);
     if (r == CheckResult::ready) {
-        u.last_ready_ms = now;
         u.falls = 0;
         if (u.health == Health::unknown) set_health(u, Health::up, reason, now);
         else if (u.health == Health::down && ++u.rises >= policy.rise) set_health(u, Health::up, reason, now);

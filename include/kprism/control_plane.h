@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kprism/config.h"
+#include "kprism/credentials.h"
 #include "kprism/health_check.h"
 #include "kprism/tls_context.h"
 #include "kprism/upstream.h"
@@ -45,18 +46,27 @@ public:
     UpstreamPool& upstreams() { return ups_; }
     const UpstreamPool& upstreams() const { return ups_; }
     TlsClientContext& tls() { return *tls_; }
+    const TlsClientContext& tls() const { return *tls_; }
+    // The certificate files, re-read if they changed (TlsClientContext::refresh); a new
+    // certificate ends the credentials condition and every upstream is probed again at once.
+    SSL_CTX* refresh_tls(uint64_t now_ms);
+    // Whether the apiservers accept the client certificate (credentials.h).
+    CredentialsState credentials() const { return creds_.state(); }
 
-    // Every live upstream has a verdict (or kprism has no client certificate to check with).
+    // Every live upstream has a verdict (or kprism has no client certificate to check with, or
+    // every apiserver rejects it).
     bool all_judged() const;
     // An episode of no upstream ready is going on (failing open or closed).
     bool failing_open() const { return failing_open_; }
-    // May a connection go to upstreams that are not up (fail-open, or nothing to check with)?
+    // May a connection go to upstreams that are not up (fail-open, nothing to check with, or a
+    // certificate every apiserver rejects)?
     bool fallback_allowed() const;
     // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
     std::string summary() const;
 
     // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
-    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
+    // `generation`: that of the certificate the probe ran with.
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t generation);
     // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
     // counted like a failed check, and a probe is started at once.
     void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
@@ -65,6 +75,9 @@ public:
 
 private:
     void on_health_change(Upstream& u, Health old);
+    void on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now);
+    void log_rejected_by_all(const Upstream& u) const;
+    void check_all_soon(const Upstream* except);
     void close_connections_of(Upstream& u);
     void start_checker(Upstream& u, uint64_t first_delay_ms);
     void stop_checker(Upstream& u);
@@ -86,6 +99,8 @@ private:
     bool started_ = false;
     bool closed_ = false;
     bool failing_open_ = false;
+    Credentials creds_;
+    uint64_t tls_generation_seen_ = 0;
 };
 
 }  // namespace kprism
