@@ -349,8 +349,10 @@ void HealthChecker::on_tcp_closed(uv_handle_t* h) {
 void HealthChecker::schedule_next() {
     if (!handles_open_) return;
     const Settings& s = cp_.config().s;
-    bool fast = up_.health == Health::unknown || (up_.health == Health::up && up_.falls > 0) ||
-                (up_.health == Health::down && up_.rises > 0);
+    // While every apiserver rejects the certificate an unknown upstream stays unknown: that is no
+    // verdict in flux, and probing at the fast interval would only add rejected handshakes.
+    bool fast = (up_.health == Health::unknown && cp_.credentials() != CredentialsState::rejected) ||
+                (up_.health == Health::up && up_.falls > 0) || (up_.health == Health::down && up_.rises > 0);
     uint64_t period = static_cast<uint64_t>((fast ? s.health_fast_interval : s.health_interval).count());
     period = period - random_below(period / 5 + 1);
     uint64_t elapsed = uv_now(cp_.loop()) - started_ms_;

@@ -51,6 +51,11 @@ std::string sample(int admin_port, const std::string& name) {
     return m.substr(at, m.find('\n', at) - at);
 }
 
+long unauthorized_checks(int admin_port, const std::string& upstream) {
+    std::string v = sample(admin_port, "kprism_health_checks_total{upstream=\"" + upstream + "\",result=\"unauthorized\"}");
+    return v.empty() ? -1 : std::stol(v);
+}
+
 bool still_open(int fd) {
     pollfd p{fd, POLLIN, 0};
     return ::poll(&p, 1, 0) == 0;
@@ -135,7 +140,11 @@ TEST(Credentials, UntrustedFromTheStartFailsOpenEvenFailClosed) {
     ASSERT_TRUE(k.wait_output(kEntered, 10000ms)) << k.output();
     EXPECT_TRUE(k.wait_output("msg=ready reason=\"first health round done\"")) << k.output();
     EXPECT_NE(through(pki, k.port), "") << "connections go to every endpoint";
-    std::this_thread::sleep_for(2s);
+    long before = unauthorized_checks(k.admin_port, a.addr());
+    std::this_thread::sleep_for(3s);
+    long during = unauthorized_checks(k.admin_port, a.addr()) - before;
+    EXPECT_GE(during, 2) << "still checked";
+    EXPECT_LE(during, 5) << "at health.interval (1s), not health.fast_interval (200ms), though still unknown";
     EXPECT_EQ(k.count_output(kEntered), 1u) << k.output();
     EXPECT_EQ(k.count_output("msg=\"upstream down\""), 0u) << k.output();
     EXPECT_NE(k.output().find("expired=false"), std::string::npos);
