@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Health bookkeeping: checkers and their results, passive failures, hostname resolution, up/down
-// changes, closes on down, no-ready episodes, and applying a reloaded endpoint list.
+// changes, closes on down, no-ready episodes, the credentials condition's consequences, and
+// applying a reloaded endpoint list.
 #include "kprism/control_plane.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <iterator>
 
 #include "kprism/connection.h"
@@ -79,13 +81,14 @@ void ControlPlane::stop_checker(Upstream& u) {
 }
 
 bool ControlPlane::all_judged() const {
+    if (creds_.rejected()) return true;
     for (size_t i = 0; i < ups_.size(); ++i)
         if (!ups_[i].removed && ups_[i].health == Health::unknown) return false;
     return true;
 }
 
 bool ControlPlane::fallback_allowed() const {
-    return config().fail_mode == FailMode::open || tls_->get() == nullptr || ups_.up_count() > 0;
+    return config().fail_mode == FailMode::open || tls_->get() == nullptr || ups_.up_count() > 0 || creds_.rejected();
 }
 
 std::string ControlPlane::summary() const {
@@ -94,19 +97,98 @@ std::string ControlPlane::summary() const {
     size_t up = ups_.up_count();
     std::string s = fmt::format("{}/{} upstreams ready", up, live);
     if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
+    if (creds_.rejected()) s += ", client certificate rejected";
     return s;
 }
 
 void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down,
-                                const FailingChecks& checks) {
-    bool was_unauthorized = u.has_result && u.last_result == CheckResult::unauthorized;
-    if (r == CheckResult::unauthorized && !was_unauthorized)
-        log::error("health check unauthorized: the apiserver does not accept kprism's client certificate; this is "
-                   "a misconfiguration, not an unready apiserver",
-                   {{"upstream", u.name}, {"error", error}, {"client_cert", config().s.client_cert},
-                    {"subject", tls_->subject()}});
-    ups_.record(u, r, error, explicit_down, uv_now(loop()), checks);
+                                uint64_t generation, const FailingChecks& checks) {
+    uint64_t now = uv_now(loop());
+    ProbeMark prev = u.probe;
+    u.probe = ProbeMark{true, r, now, generation};
+    Credentials::Outcome out = creds_.on_result(ups_, u, prev, now, tls_->generation());
+    if (cert_verdict_of(r) == CertVerdict::accepted && generation == tls_->generation()) u.rejection_logged = false;
+    if (out.hold) ups_.note(u, r, error, now, checks);
+    else ups_.record(u, r, error, explicit_down, now, checks);
+    on_credentials(out, u, now);
     review();
+}
+
+SSL_CTX* ControlPlane::refresh_tls(uint64_t now_ms) {
+    SSL_CTX* ctx = tls_->refresh(now_ms);
+    if (tls_->generation() == tls_generation_seen_) return ctx;
+    const bool first = tls_generation_seen_ == 0;
+    tls_generation_seen_ = tls_->generation();
+    if (first) return ctx;
+    for (size_t i = 0; i < ups_.size(); ++i) ups_[i].rejection_logged = false;
+    if (creds_.on_rotation()) {
+        log::info("client certificate no longer rejected: it rotated; checking every apiserver again",
+                  {{"reason", "rotated"}, {"client_cert", config().s.client_cert}, {"subject", tls_->subject()}});
+        srv_.health_changed();
+    }
+    check_all_soon(nullptr);
+    return ctx;
+}
+
+void ControlPlane::check_all_soon(const Upstream* except) {
+    for (size_t i = 0; i < checkers_.size(); ++i)
+        if (checkers_[i] && (!except || except->index != i)) checkers_[i]->check_soon();
+}
+
+// What follows from a step of the credentials condition (credentials.h).
+void ControlPlane::on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now) {
+    switch (out.event) {
+    case Credentials::Event::none: return;
+    case Credentials::Event::round_started: check_all_soon(&u); return;
+    case Credentials::Event::entered:
+        log_rejected_by_all(u);
+        srv_.health_changed();
+        return;
+    case Credentials::Event::left:
+        log::info("client certificate no longer rejected: an apiserver accepts it",
+                  {{"reason", "accepted"}, {"upstream", u.name}});
+        srv_.health_changed();
+        return;
+    case Credentials::Event::partial: break;
+    }
+    // Some apiservers accept the certificate: those that rejected it in the round are
+    // misconfigured for this node, and their rejections count as failed checks after all.
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& w = ups_[i];
+        const ProbeMark& m = w.probe;
+        if (w.removed || !m.has || m.result != CheckResult::unauthorized || m.at_ms < out.round_start_ms ||
+            m.generation != tls_->generation())
+            continue;
+        if (!w.rejection_logged)
+            log::error("health check unauthorized: the apiserver does not accept kprism's client certificate, "
+                       "others do; this is a misconfiguration, not an unready apiserver",
+                       {{"upstream", w.name}, {"error", w.last_error}, {"client_cert", config().s.client_cert},
+                        {"subject", tls_->subject()}});
+        w.rejection_logged = true;
+        if (&w != &u || out.hold) ups_.apply(w, CheckResult::unauthorized, w.last_error, false, now, true);
+    }
+}
+
+// The one line of the condition: who the certificate is and when it ends, not per upstream.
+void ControlPlane::log_rejected_by_all(const Upstream& u) const {
+    size_t rejecting = 0;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        rejecting += !ups_[i].removed && ups_[i].probe.has && ups_[i].probe.result == CheckResult::unauthorized;
+    const int64_t not_after = tls_->not_after();
+    const int64_t remaining = not_after - static_cast<int64_t>(std::time(nullptr));
+    char expiry[32] = "?";
+    auto na = static_cast<time_t>(not_after);
+    struct tm tm {};
+    if (not_after != 0 && gmtime_r(&na, &tm)) strftime(expiry, sizeof expiry, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    log::error("client certificate rejected by every apiserver: the node's credentials, not the apiservers; "
+               "failing open, no connection is closed",
+               {{"client_cert", config().s.client_cert},
+                {"subject", tls_->subject()},
+                {"not_after", expiry},
+                {"expired", not_after != 0 && remaining <= 0},
+                {"remaining", format_duration(Duration{remaining * 1000})},
+                {"upstreams", static_cast<uint64_t>(rejecting)},
+                {"error", u.last_error}});
 }
 
 void ControlPlane::passive_failure(Upstream& u, ConnectFailure why, std::string_view detail,
@@ -151,9 +233,13 @@ void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
 void ControlPlane::on_health_change(Upstream& u, Health old) {
     size_t up = ups_.up_count();
     if (u.health != Health::down) u.close_held_since_ms = 0;
-    if (u.health == Health::down && old == Health::up && config().s.close_on_down) {
-        if (u.failing_checks.etcd() && !etcd_quorum_lost_) hold_closes(u);
-        else if (!etcd_quorum_lost_) close_connections_of(u);
+    // A rejected client certificate says nothing about the connections kubelet holds there: it
+    // presents its own certificate and is already through. Down for etcd, the closes wait to
+    // tell one apiserver without etcd from all of them (hold_closes); without quorum, none.
+    if (u.health == Health::down && old == Health::up && config().s.close_on_down &&
+        u.last_result != CheckResult::unauthorized && !etcd_quorum_lost_) {
+        if (u.failing_checks.etcd()) hold_closes(u);
+        else close_connections_of(u);
     }
     if (up == 0 && (all_judged() || old == Health::up) && !failing_open_) {
         failing_open_ = true;

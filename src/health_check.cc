@@ -99,8 +99,8 @@ void HealthChecker::begin() {
     uint64_t now = uv_now(cp_.loop());
     started_ms_ = now;
     ++probes_;
+    SSL_CTX* ctx = cp_.refresh_tls(now);
     TlsClientContext& tls = cp_.tls();
-    SSL_CTX* ctx = tls.refresh(now);
     if (!ctx || !up_.resolved) {
         // Nothing to check with (kubelet TLS bootstrap) or no address yet: the upstream stays
         // as it is and the selection fails open. Look again at the fast interval.
@@ -338,7 +338,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
     // From the connect, when the deadline started: the time health.timeout bounds.
     up_.check_duration.observe(static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e9);
-    cp_.record_check(up_, r, error, explicit_down, checks);
+    cp_.record_check(up_, r, error, explicit_down, session_generation_, checks);
     schedule_next();
 }
 
@@ -356,8 +356,10 @@ void HealthChecker::on_tcp_closed(uv_handle_t* h) {
 void HealthChecker::schedule_next() {
     if (!handles_open_) return;
     const Settings& s = cp_.config().s;
-    bool fast = up_.health == Health::unknown || (up_.health == Health::up && up_.falls > 0) ||
-                (up_.health == Health::down && up_.rises > 0);
+    // While every apiserver rejects the certificate an unknown upstream stays unknown: that is no
+    // verdict in flux, and probing at the fast interval would only add rejected handshakes.
+    bool fast = (up_.health == Health::unknown && cp_.credentials() != CredentialsState::rejected) ||
+                (up_.health == Health::up && up_.falls > 0) || (up_.health == Health::down && up_.rises > 0);
     uint64_t period = static_cast<uint64_t>((fast ? s.health_fast_interval : s.health_interval).count());
     period = period - random_below(period / 5 + 1);
     uint64_t elapsed = uv_now(cp_.loop()) - started_ms_;

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <ctime>
+
 #include "kprism/tls_context.h"
 #include "kprism/version.h"
 
@@ -27,6 +29,10 @@ Snapshot take_snapshot(Server& srv) {
     s.draining = srv.draining();
     TlsClientContext& tls = srv.control().tls();
     s.client_cert_not_after = tls.get() ? tls.not_after() : 0;
+    s.client_cert = srv.config().s.client_cert;
+    if (tls.get()) s.client_cert_subject = tls.subject();
+    s.credentials = credentials_state_name(srv.control().credentials());
+    s.now_unix = static_cast<int64_t>(std::time(nullptr));
     s.heartbeat_age_seconds = srv.heartbeat().age_seconds();
     UpstreamPool& ups = srv.control().upstreams();
     for (size_t i = 0; i < ups.size(); ++i)
@@ -171,6 +177,10 @@ std::string render_metrics(const Snapshot& s) {
     w.sample(label("result", "failure"), s.stats.reloads_failed);
     w.family("kprism_client_certificate_expiry_timestamp_seconds", "gauge", "notAfter of the loaded client certificate of the readiness checks, as a unix time.");
     if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after);
+    w.family("kprism_client_certificate_remaining_seconds", "gauge", "Seconds until the loaded client certificate's notAfter; negative once it has expired.");
+    if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after - s.now_unix);
+    w.family("kprism_client_certificate_rejected", "gauge", "1 while every apiserver that answers rejects the client certificate (401/403 or a TLS alert; logged as \"client certificate rejected by every apiserver\"), else 0.");
+    w.sample("", std::string_view(s.credentials) == "rejected" ? 1 : 0);
     w.family("kprism_heartbeat_age_seconds", "gauge", "Seconds since the event loop's 1 s heartbeat last ticked.");
     w.sample("", num(s.heartbeat_age_seconds));
     return out;

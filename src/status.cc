@@ -66,6 +66,14 @@ std::string render_status_json(const Snapshot& s) {
           {"last_changes", st.reload_last_changes},
           {"last_unix", or_null(st.reload_last_unix != 0, st.reload_last_unix)}}},
     };
+    const bool loaded = s.client_cert_not_after != 0;
+    doc["credentials"] = {
+        {"state", s.credentials},
+        {"client_cert", s.client_cert},
+        {"subject", or_null(loaded, s.client_cert_subject)},
+        {"not_after_unix", or_null(loaded, s.client_cert_not_after)},
+        {"remaining_seconds", or_null(loaded, s.client_cert_not_after - s.now_unix)},
+    };
     Json ups = Json::array();
     for (const Upstream* u : s.upstreams) {
         Json entry = {
@@ -170,6 +178,32 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         d.reload.last_error = err->get<std::string>();
         d.reload.last_changes = changes->get<std::string>();
         d.reload.last_unix = when->is_null() ? 0 : int_of(*when);
+    }
+    if (auto cr = doc.find("credentials"); cr != doc.end()) {
+        if (!cr->is_object()) {
+            error = "member 'credentials' is not an object";
+            return false;
+        }
+        const Json *state = want(*cr, "state", T::string), *cert = want(*cr, "client_cert", T::string),
+                   *subject = want(*cr, "subject", T::string, true), *na = want(*cr, "not_after_unix", T::number, true),
+                   *rem = want(*cr, "remaining_seconds", T::number, true);
+        if (!state || !cert || !subject || !na || !rem) return false;
+        auto bounded = [](const Json& v) {
+            std::string str = v.is_null() ? "" : v.get<std::string>();
+            if (str.size() > kMaxStatusCredentialsString) {
+                size_t cut = kMaxStatusCredentialsString;  // never inside a UTF-8 sequence
+                while (cut > 0 && (static_cast<unsigned char>(str[cut]) & 0xc0) == 0x80) --cut;
+                str.resize(cut);
+            }
+            return str;
+        };
+        d.has_credentials = true;
+        d.credentials.state = bounded(*state);
+        d.credentials.client_cert = bounded(*cert);
+        d.credentials.subject = bounded(*subject);
+        d.credentials.not_after_unix = na->is_null() ? 0 : int_of(*na);
+        d.credentials.has_remaining = !rem->is_null();
+        d.credentials.remaining_seconds = rem->is_null() ? 0 : int_of(*rem);
     }
     for (const Json& e : *ups) {
         if (!e.is_object()) {

@@ -64,7 +64,42 @@ const char* colour_of(std::string_view state) {
     return "\x1b[33m";
 }
 
+// "3d", "5h", "12m", "40s": how far off a certificate's end is, at a glance.
+std::string roughly(int64_t seconds) {
+    uint64_t a = seconds < 0 ? 0 - static_cast<uint64_t>(seconds) : static_cast<uint64_t>(seconds);  // INT64_MIN too
+    if (a >= 2 * 86400) return fmt::format("{}d", a / 86400);
+    if (a >= 2 * 3600) return fmt::format("{}h", a / 3600);
+    if (a >= 2 * 60) return fmt::format("{}m", a / 60);
+    return fmt::format("{}s", a);
+}
+
+std::string utc(int64_t unix_s) {
+    auto t = static_cast<time_t>(unix_s);
+    struct tm tm {};
+    char buf[32] = "?";
+    if (gmtime_r(&t, &tm)) strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
 }  // namespace
+
+std::string render_credentials_line(const StatusCredentials& c, bool color) {
+    std::string subject = error_cell(c.subject, kErrorCellMax);
+    if (c.not_after_unix == 0 && subject.empty())
+        return fmt::format("client certificate: none loaded ({})\n", error_cell(c.client_cert, kErrorCellMax));
+    std::string when;
+    if (c.has_remaining)
+        when = c.remaining_seconds > 0 ? fmt::format("expires in {}", roughly(c.remaining_seconds))
+                                       : fmt::format("expired {} ago", roughly(c.remaining_seconds));
+    if (c.not_after_unix != 0) when += fmt::format("{}({})", when.empty() ? "" : " ", utc(c.not_after_unix));
+    std::string state;
+    if (c.state == "rejected") state = color ? "\x1b[31mrejected by every apiserver\x1b[0m" : "rejected by every apiserver";
+    else if (c.state != "ok") state = error_cell(c.state, 32);  // "unknown", or what a newer kprism says
+    std::string out = fmt::format("client certificate {}", subject.empty() ? "-" : subject);
+    if (!state.empty()) out += ": " + state;
+    if (!when.empty()) out += (state.empty() ? ": " : ", ") + when;
+    return out + "\n";
+}
 
 bool http_fetch(const std::string& host, uint16_t port, const std::string& path, int timeout_ms, int& status,
                 std::string& body, std::string& error) {
@@ -180,6 +215,7 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
                                   d.fail_open ? ", no upstream ready" : "",
                                   d.condition == "no-etcd-quorum" ? ", no etcd quorum" : "",
                                   d.draining ? ", shutting down" : "");
+    if (d.has_credentials) out += render_credentials_line(d.credentials, color);
     std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "CHECKS", "RTT", "CONNS", "SINCE", "ERROR"}};
     for (const auto& u : d.upstreams) {
         std::string since = "-";

@@ -177,7 +177,12 @@ void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, 
 
 bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
                           const FailingChecks& checks) {
-    Health before = u.health;
+    bool class_changed = note(u, r, error, now, checks);
+    return apply(u, r, error, explicit_down, now, class_changed);
+}
+
+bool UpstreamPool::note(Upstream& u, CheckResult r, const std::string& error, uint64_t now,
+                        const FailingChecks& checks) {
     FailingChecks failing = r == CheckResult::not_ready ? checks : FailingChecks{};
     bool class_changed = !u.has_result || u.last_result != r || u.failing_checks != failing;
     u.has_result = true;
@@ -187,13 +192,19 @@ bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, 
     u.failing_checks = std::move(failing);
     if (r != CheckResult::ready) u.down_reason = down_reason_of(r, u.failing_checks);
     ++u.checks[static_cast<int>(r)];
+    if (r == CheckResult::ready) u.last_ready_ms = now;
+    return class_changed;
+}
+
+bool UpstreamPool::apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                         bool class_changed) {
+    Health before = u.health;
     // The failing checks say why better than the body they came in ("not_ready: etcd,shutdown").
     std::string why = u.failing_checks.empty() ? error : u.failing_checks.str();
     std::string reason = why.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), why);
     // The apiserver's own text stays in the line beside them.
     const std::string detail = u.failing_checks.empty() ? "" : error;
     if (r == CheckResult::ready) {
-        u.last_ready_ms = now;
         u.falls = 0;
         if (u.health == Health::unknown) set_health(u, Health::up, reason, now);
         else if (u.health == Health::down && ++u.rises >= policy.rise) set_health(u, Health::up, reason, now);

@@ -57,6 +57,14 @@ CheckResult check_result_of(ConnectFailure f);
 // The kprism_upstream_down_reason label of a failed result (`checks`: its failing checks).
 DownReason down_reason_of(CheckResult r, const FailingChecks& checks);
 
+// The last readiness probe's result as the credentials condition reads it (credentials.h).
+struct ProbeMark {
+    bool has = false;
+    CheckResult result = CheckResult::ready;
+    uint64_t at_ms = 0;       // loop time (uv_now) of the result
+    uint64_t generation = 0;  // TlsClientContext::generation() the probe ran with
+};
+
 struct Upstream {
     size_t index = 0;
     HostPort addr;
@@ -88,6 +96,8 @@ struct Upstream {
     DownReason down_reason = DownReason::other;
     uint64_t last_change_ms = 0;
     uint64_t last_ready_ms = 0;
+    ProbeMark probe;                // the last probe (passive failures leave it alone)
+    bool rejection_logged = false;  // "health check unauthorized" said since it last accepted us
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
     bool fast_tier = false;  // in the nearest latency tier (latency policy)
     // Its share of this node's connections, from rebalancing's last plan (rebalancer.h; 0: no
@@ -162,6 +172,12 @@ public:
     // /readyz named (not_ready), the reason logged instead of the body. Returns true if health changed.
     bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
                 const FailingChecks& checks = {});
+    // The two halves of record(): note() counts the result and keeps it (and its failing checks)
+    // as the last one (health untouched; returns whether its class changed), apply() runs
+    // rise/fall on it.
+    bool note(Upstream& u, CheckResult r, const std::string& error, uint64_t now, const FailingChecks& checks = {});
+    bool apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+               bool class_changed);
     // Feeds a probe's connect time into the EWMA and recomputes latency tiers.
     void record_rtt(Upstream& u, double rtt_ms);
 

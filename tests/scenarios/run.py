@@ -357,9 +357,14 @@ class Run:
             info(f"{key} {tag}: kprism log lines about the certificate or failures ({len(lines)}):")
             for ln in lines[:12]:
                 info(f"  {ln[:300]}")
-            exp = [ln for ln in kp.metrics().splitlines()
-                   if ln.startswith(("kprism_client_certificate_expiry", "kprism_fail_open_active", "kprism_upstream_state"))]
+            metrics = kp.metrics()
+            exp = [ln for ln in metrics.splitlines()
+                   if ln.startswith(("kprism_client_certificate_", "kprism_fail_open_active", "kprism_upstream_state",
+                                     "kprism_connections_closed_upstream_down_total"))]
             info(f"{key} {tag}: kprism metrics at the end: " + "; ".join(exp))
+            log = open(kp.log_path).read()
+            result[(tag, "kprism-log")] = log
+            result[(tag, "kprism-metrics")] = metrics
             for lo in loads.values():
                 lo.finish()
         return result
@@ -436,6 +441,15 @@ def main():
                 m, after, seq = res[(tag, kp)]
                 check(after == 0, f"5 {tag}: no client request through kprism failed after the certificate's expiry ({after})")
             check(res[("renewed", kp)][2][-1][1] == 3, "5 renewed: kprism probes with the renewed certificate: 3 up")
+            # Issue 14: not renewed is one node-level condition, failing open, nothing closed.
+            log, metrics = res[("expiring", "kprism-log")], res[("expiring", "kprism-metrics")]
+            entered = log.count('msg="client certificate rejected by every apiserver')
+            check(entered == 1, f"5 expiring: kprism logs the rejected certificate once ({entered})")
+            check("\nkprism_client_certificate_rejected 1\n" in metrics, "5 expiring: kprism_client_certificate_rejected is 1")
+            check("\nkprism_connections_closed_upstream_down_total 0\n" in metrics,
+                  "5 expiring: no connection closed for a down upstream")
+            downs = log.count('msg="upstream down"')
+            check(downs == 0, f"5 expiring: no upstream marked down for the certificate ({downs})")
     finally:
         for lo in getattr(r, "loads", {}).values():
             lo.stop.set()

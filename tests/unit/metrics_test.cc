@@ -67,6 +67,8 @@ const char* const kFamilies[][2] = {
     {"kprism_fail_open_episodes_total", "counter"},
     {"kprism_config_reloads_total", "counter"},
     {"kprism_client_certificate_expiry_timestamp_seconds", "gauge"},
+    {"kprism_client_certificate_remaining_seconds", "gauge"},
+    {"kprism_client_certificate_rejected", "gauge"},
     {"kprism_heartbeat_age_seconds", "gauge"},
 };
 
@@ -166,6 +168,8 @@ TEST(Metrics, CountersAndGauges) {
     s.connections_active = 9;
     s.fail_open = true;
     s.client_cert_not_after = 1900000000;
+    s.now_unix = 1900000000 - 86400 * 3;
+    s.credentials = "rejected";
     s.heartbeat_age_seconds = 0.25;
     std::string out = render_metrics(s);
     const std::string up = R"(upstream="10.0.0.1:6443")";
@@ -202,6 +206,8 @@ TEST(Metrics, CountersAndGauges) {
              std::string("kprism_config_reloads_total{result=\"success\"} 7"),
              std::string("kprism_config_reloads_total{result=\"failure\"} 8"),
              std::string("kprism_client_certificate_expiry_timestamp_seconds 1900000000"),
+             std::string("kprism_client_certificate_remaining_seconds 259200"),
+             std::string("kprism_client_certificate_rejected 1"),
              std::string("kprism_heartbeat_age_seconds 0.25"),
          })
         EXPECT_TRUE(has_line(out, l)) << "missing: " << l << "\n" << out;
@@ -215,7 +221,20 @@ TEST(Metrics, UnknownValuesAreOmittedNotFaked) {
     EXPECT_EQ(out.find("kprism_upstream_probe_rtt_seconds{"), std::string::npos);
     EXPECT_NE(out.find("# TYPE kprism_client_certificate_expiry_timestamp_seconds gauge"), std::string::npos);
     EXPECT_FALSE(has_line(out, "kprism_client_certificate_expiry_timestamp_seconds 0"));
+    EXPECT_NE(out.find("# TYPE kprism_client_certificate_remaining_seconds gauge"), std::string::npos);
+    EXPECT_EQ(out.find("\nkprism_client_certificate_remaining_seconds "), std::string::npos) << "absent without a certificate";
+    EXPECT_TRUE(has_line(out, "kprism_client_certificate_rejected 0"));
     EXPECT_TRUE(has_line(out, "kprism_upstream_state{upstream=\"a:1\",state=\"unknown\"} 1"));
+}
+
+TEST(Metrics, RemainingValidityIsNegativeOnceExpired) {
+    Upstream u = make_upstream("a:1");
+    Snapshot s = snapshot_of({&u});
+    s.client_cert_not_after = 1700000000;
+    s.now_unix = 1700000600;
+    std::string out = render_metrics(s);
+    EXPECT_TRUE(has_line(out, "kprism_client_certificate_remaining_seconds -600")) << out;
+    EXPECT_TRUE(has_line(out, "kprism_client_certificate_rejected 0"));
 }
 
 TEST(Metrics, HistogramBucketsAreCumulative) {
