@@ -25,15 +25,17 @@ def tls_context(pki):
 
 class Log:
     """Request outcomes: ok (2xx), 429, fail (another status), error (connection broken, refused,
-    reset, timed out), retried (a reused connection was found closed; retried, not a request). Thread-safe appends; read once the threads have stopped or under the lock."""
+    reset, timed out), retried (a reused connection was found closed; retried, not a request).
+    Thread-safe appends; read once the threads have stopped or under the lock."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.rows = []  # (t, kind, outcome, server, detail)
+        self.rows = []  # (t, kind, outcome, server, detail, started): t when it ended
 
-    def add(self, kind, outcome, server="", detail=""):
+    def add(self, kind, outcome, server="", detail="", started=None):
+        now = time.monotonic()
         with self.lock:
-            self.rows.append((time.monotonic(), kind, outcome, server, detail))
+            self.rows.append((now, kind, outcome, server, detail, now if started is None else started))
 
     def between(self, t0, t1, kinds=None):
         with self.lock:
@@ -86,11 +88,12 @@ class Load:
         conn = None
         while not self.stop.is_set():
             reused = conn is not None
+            started = time.monotonic()
             try:
                 if conn is None:
                     conn = self._conn()
                 status, server, close = _get(conn, GET_PATH)
-                self.log.add(kind, _outcome(status), server, status)
+                self.log.add(kind, _outcome(status), server, status, started)
                 if on_served:
                     on_served(server)
                 if close:
@@ -103,7 +106,7 @@ class Load:
                 if reused and isinstance(e, (ConnectionResetError, BrokenPipeError)):
                     self.log.add(kind, "retried", "", type(e).__name__)
                     continue
-                self.log.add(kind, "error", "", type(e).__name__)
+                self.log.add(kind, "error", "", type(e).__name__, started)
                 if on_served:
                     on_served("")
             self.stop.wait(period)
@@ -121,11 +124,12 @@ class Load:
     def _newconns(self, period):
         while not self.stop.is_set():
             conn = self._conn()
+            started = time.monotonic()
             try:
                 status, server, _ = _get(conn, GET_PATH, close=True)
-                self.log.add("newconn", _outcome(status), server, status)
+                self.log.add("newconn", _outcome(status), server, status, started)
             except (OSError, http.client.HTTPException) as e:
-                self.log.add("newconn", "error", "", type(e).__name__)
+                self.log.add("newconn", "error", "", type(e).__name__, started)
             finally:
                 conn.close()
             self.stop.wait(period)

@@ -39,10 +39,13 @@ REQ_KINDS = ("keepalive", "newconn", "holder")
 
 
 class Measure:
-    """Figures for one balancer's load over [t0, t1]."""
+    """Figures for one balancer's load over [t0, t1]: the requests that ended in it, or with
+    started_in, those that began in it (a GET sent before an event is not counted after it)."""
 
-    def __init__(self, load, writer, t0, t1):
-        rows = load.log.between(t0, t1, REQ_KINDS)
+    def __init__(self, load, writer, t0, t1, started_in=False):
+        rows = load.log.between(t0, t1 + (60 if started_in else 0), REQ_KINDS)
+        if started_in:
+            rows = [r for r in rows if t0 <= r[5] < t1]
         self.retried = sum(1 for r in rows if r[2] == "retried")
         self.rows = [r for r in rows if r[2] != "retried"]
         self.total = len(self.rows)
@@ -57,7 +60,8 @@ class Measure:
         self.missed = sum(1 for t, n in writer.created if t0 <= t < t1 - 2 and n not in seen)
 
     def failed_after(self, t):
-        return sum(1 for r in self.rows if r[0] >= t and r[2] in ("fail", "error"))
+        """Failed requests sent at t or later."""
+        return sum(1 for r in self.rows if r[5] >= t and r[2] in ("fail", "error"))
 
     def fails_text(self):
         return f"{self.failed} of {self.total}"
@@ -138,8 +142,8 @@ class Run:
     def all_up(self, names, seconds=30):
         return all(b.wait_up(names, seconds) for b in self.bs)
 
-    def measures(self, t0, t1):
-        return {lb: Measure(lo, self.writer, t0, t1) for lb, lo in self.loads.items()}
+    def measures(self, t0, t1, started_in=False):
+        return {lb: Measure(lo, self.writer, t0, t1, started_in) for lb, lo in self.loads.items()}
 
     # 1. Rolling graceful restart. The stand-ins are (re)started with `next_flags`: the shutdown
     # delay only applies to a process started with it, so 1a's restarts set up 1b's.
@@ -204,7 +208,7 @@ class Run:
         m = self.measures(t0, t1)
         title = f"{key}. etcd lost on {s.name} ({what}) for {window} s"
         self.common_rows(title, m)
-        self.row(title, "of those, after the first 10 s", {lb: str(m[lb].failed_after(t0 + 10)) for lb in self.labels})
+        self.row(title, "of those, sent after the first 10 s", {lb: str(m[lb].failed_after(t0 + 10)) for lb in self.labels})
         self.row(title, "longest watch gap", {lb: f"{m[lb].gap:.2f} s" for lb in self.labels})
         self.marked_row(title, f"{s.name} marked down after etcd was lost", s.name, False, t0)
         self.row(title, f"upstream connections on {s.name} at the end of the window",
@@ -216,6 +220,7 @@ class Run:
         window = 8 if self.quick else 30
         after = 10 if self.quick else 30
         c0 = self.conns()
+        closed0 = self._counter("kprism_connections_closed_upstream_down_total")
         t0 = time.monotonic()
         for s in self.cl.servers:
             s.control("/etcd/lose")
@@ -226,14 +231,18 @@ class Run:
             for lb in self.labels:
                 low[lb] = min(low[lb], sum(c[lb].values()))
         t_r = time.monotonic()
+        closed = {lb: n - closed0.get(lb, 0)
+                  for lb, n in self._counter("kprism_connections_closed_upstream_down_total").items()}
         for s in self.cl.servers:
             s.control("/etcd/restore")
         time.sleep(after)
         t1 = time.monotonic()
-        during, post = self.measures(t0, t_r), self.measures(t_r, t1)
+        during, post = self.measures(t0, t_r), self.measures(t_r, t1, started_in=True)
         title = f"{key}. etcd lost on all three (no quorum) for {window} s, then back"
         self.row(title, "client connections broken during the outage (the apiservers keep theirs)",
                  {lb: str(self._broken(lb, t0, t_r)) for lb in self.labels})
+        self.row(title, "connections kprism closed for a down upstream (its counter)",
+                 {lb: str(closed[lb]) if lb in closed else "–" for lb in self.labels})
         self.row(title, "fewest upstream connections during the outage",
                  {lb: f"{low[lb]} (of {sum(c0[lb].values())} before)" for lb in self.labels})
         self.row(title, "failed client requests during the outage", {lb: during[lb].fails_text() for lb in self.labels})
@@ -245,8 +254,8 @@ class Run:
         rec = {lb: self._recovery(lb, t_r, t1) for lb in self.labels}
         self.row(title, "first successful new connection after quorum returned",
                  {lb: (f"{rec[lb]:.2f} s" if rec[lb] is not None else f"none in {after} s") for lb in self.labels})
-        self.row(title, f"failed client requests in the {after} s after", {lb: post[lb].fails_text() for lb in self.labels})
-        return during, post, rec
+        self.row(title, f"failed client requests sent in the {after} s after", {lb: post[lb].fails_text() for lb in self.labels})
+        return during, post, rec, closed
 
     def _broken(self, lb, t0, t1):
         return sum(1 for r in self.loads[lb].log.between(t0, t1, ("holder", "keepalive"))
@@ -287,12 +296,15 @@ class Run:
         return shares, m, moved
 
     def _rebalanced(self):
-        """kprism_connections_rebalanced_total of each kprism that has it."""
+        return self._counter("kprism_connections_rebalanced_total")
+
+    def _counter(self, name):
+        """The unlabelled counter `name` of each kprism that has it."""
         out = {}
         for b in self.bs:
             if isinstance(b, balancers.Kprism):
                 for ln in b.metrics().splitlines():
-                    if ln.startswith("kprism_connections_rebalanced_total "):
+                    if ln.startswith(name + " "):
                         out[b.label] = int(float(ln.split()[1]))
         return out
 
@@ -419,13 +431,14 @@ def main():
                 name = r.cl.servers[idx].name
                 check(c1[kp][name] == 0, f"{key}: kprism left no connection on {name} without etcd ({c1[kp][name]})")
                 late = m[kp].failed_after(t0 + 10)
-                check(late == 0, f"{key}: no client request through kprism failed 10 s after etcd was lost ({late})")
+                check(late == 0, f"{key}: no client request sent through kprism 10 s after etcd was lost failed ({late})")
         if "3" in only:
-            during, post, rec = r.quorum("3")
+            during, post, rec, closed = r.quorum("3")
+            check(closed.get(kp) == 0, f"3: kprism closed no connection for a down upstream without quorum ({closed.get(kp)})")
             check(rec[kp] is not None and rec[kp] < 2.0,
                   f"3: kprism (failing open) served a new connection within 2 s of quorum's return "
                   f"({'none' if rec[kp] is None else f'{rec[kp]:.2f} s'})")
-            check(post[kp].failed == 0, f"3: no request through kprism failed after quorum returned ({post[kp].fails_text()})")
+            check(post[kp].failed == 0, f"3: no request sent through kprism after quorum returned failed ({post[kp].fails_text()})")
         if "4" in only:
             shares, m, moved = r.down_and_back("4")
             last = shares[max(shares)][kp]
