@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
-#include <iterator>
+#include <type_traits>
 
 #include "kprism/connection.h"
 #include "kprism/log.h"
@@ -213,7 +213,7 @@ void ControlPlane::note_closed_for_down() { ++stats_.closed_for_down; }
 // /readyz then fails "shutdown") or shedding connections. Young connections do not count: a
 // client's short request on a "Connection: close" answer ends on the server's side too.
 void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
-    static_assert(std::size(Upstream{}.upstream_ends_ms) == kCloseBurst);
+    static_assert(std::extent_v<decltype(Upstream::upstream_ends_ms)> == kCloseBurst);
     if (age_ms < kCloseBurstMinAgeMs) return;
     uint64_t now = uv_now(loop());
     u.upstream_ends_ms[u.upstream_ends_next] = now;
