@@ -31,17 +31,6 @@ const std::string kEtcdLost =
     "body 500\n[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n[-]etcd-readiness failed: reason withheld\n"
     "[+]shutdown ok\nreadyz check failed";
 
-std::string body_of(const std::string& reply) {
-    size_t at = reply.find("\r\n\r\n");
-    return at == std::string::npos ? "" : reply.substr(at + 4);
-}
-
-// Whether no EOF or error is pending on the client socket: kprism has not closed it.
-bool still_open(int fd) {
-    pollfd p{fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
-}
-
 }  // namespace
 
 // The failing checks become the reason: in the "upstream down" line, /status, `kprism status`

@@ -37,11 +37,6 @@ std::string through(const Pki& pki, int port) {
     return r.code == 0 ? r.output : "";
 }
 
-std::string body_of(const std::string& reply) {
-    size_t at = reply.find("\r\n\r\n");
-    return at == std::string::npos ? "" : reply.substr(at + 4);
-}
-
 // The value of an unlabelled sample in /metrics, or "" if absent.
 std::string sample(int admin_port, const std::string& name) {
     std::string m = body_of(http_get(admin_port, "/metrics"));
@@ -54,11 +49,6 @@ std::string sample(int admin_port, const std::string& name) {
 long unauthorized_checks(int admin_port, const std::string& upstream) {
     std::string v = sample(admin_port, "kprism_health_checks_total{upstream=\"" + upstream + "\",result=\"unauthorized\"}");
     return v.empty() ? -1 : std::stol(v);
-}
-
-bool still_open(int fd) {
-    pollfd p{fd, POLLIN, 0};
-    return ::poll(&p, 1, 0) == 0;
 }
 
 }  // namespace
