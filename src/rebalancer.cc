@@ -28,13 +28,17 @@ SharePlan plan_rebalance(const std::vector<ShareInput>& ups, uint32_t budget) {
     // Excess per upstream: above the fair share rounded up (eligible), or everything (up, but new
     // connections may not go there, e.g. another zone while this one has an up upstream).
     std::vector<uint32_t> excess(ups.size(), 0);
+    bool over = false;
     for (size_t i = 0; i < ups.size(); ++i) {
         const ShareInput& u = ups[i];
         if (!u.up) continue;
         uint32_t allowed = u.eligible ? p.fair_ceil : 0;
         p.target[i] = allowed;
+        over = over || u.connections > allowed;
         if (u.connections > allowed) excess[i] = std::min(u.connections - allowed, u.movable);
     }
+    // Within one of the share everywhere: no plan, and selection is the policy's alone.
+    if (!over) p.target.assign(ups.size(), 0);
     // The budget goes one move at a time to the upstream with the most excess left, so a small
     // budget still takes from the worst first.
     while (budget > 0) {

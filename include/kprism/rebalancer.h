@@ -24,7 +24,7 @@ struct ShareInput {
 
 struct SharePlan {
     std::vector<uint32_t> moves;     // per upstream: connections to close now
-    std::vector<uint32_t> target;    // per upstream: its share while a plan is in force (0: none)
+    std::vector<uint32_t> target;    // per upstream: its share while some upstream is above it (0: none)
     uint32_t fair_ceil = 0;          // the most connections an eligible upstream should hold
 };
 

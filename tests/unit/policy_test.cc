@@ -552,6 +552,7 @@ TEST(PlanRebalance, BalancedWithinOneMovesNothing) {
     // 11 over 3: fair share rounded up is 4; nobody is above it, nobody has a better place.
     SharePlan p = plan_rebalance({up(4, 4), up(4, 4), up(3, 3)}, 100);
     EXPECT_EQ(p.moves, (std::vector<uint32_t>{0, 0, 0}));
+    EXPECT_EQ(p.target, (std::vector<uint32_t>{0, 0, 0})) << "no plan: new connections as the policy says";
     p = plan_rebalance({up(1, 1), up(0, 0), up(0, 0)}, 100);
     EXPECT_EQ(p.moves, (std::vector<uint32_t>{0, 0, 0}));
 }
@@ -567,7 +568,7 @@ TEST(PlanRebalance, DownUpstreamsAreNotCountedOrMoved) {
     down.eligible = false;
     SharePlan p = plan_rebalance({down, up(3, 3), up(3, 3)}, 100);
     EXPECT_EQ(p.moves, (std::vector<uint32_t>{0, 0, 0}));
-    EXPECT_EQ(p.target, (std::vector<uint32_t>{0, 3, 3}));
+    EXPECT_EQ(p.target, (std::vector<uint32_t>{0, 0, 0}));
 }
 
 TEST(PlanRebalance, UpButNotEligibleGivesEverythingBack) {
