@@ -340,9 +340,10 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
     if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
         try_replay(ConnectFailure::hung_up, nread == UV_EOF ? "closed before answering" : "reset before answering"))
         return;
-    // The apiserver ended it first (not the client): a passive signal when many do at once.
+    // The apiserver ended it first (not the client): a passive signal when many do at once. Its
+    // age on this upstream: a connection moved here after a failed attempt elsewhere is young.
     if (!client_side && !to.eof && nread != UV_ENOBUFS)
-        srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - started_ms_);
+        srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
     if (nread == UV_EOF) {
         from.eof = true;
         if (client_side) awaiting_answer_ = false;  // a half-closed client is never replayed

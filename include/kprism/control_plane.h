@@ -78,7 +78,7 @@ public:
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
     // The upstream side ended an established connection first (FIN or reset before the client's),
-    // `age_ms` after it was accepted. kCloseBurst of those older than kCloseBurstMinAgeMs within
+    // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
     // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
     void upstream_ended(Upstream& u, uint64_t age_ms);
     static constexpr size_t kCloseBurst = 3;

@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "harness/apiserver.h"
 #include "harness/harness.h"
 #include "harness/pki.h"
@@ -175,6 +177,43 @@ TEST(ControlPlane, UpstreamCloseBurstChecksAtOnce) {
     EXPECT_NE(metrics.find("kprism_upstream_close_bursts_total{upstream=\"" + a.addr() + "\"} 1\n"), std::string::npos)
         << metrics;
     for (int fd : held) ::close(fd);
+}
+
+// A connection moved to an apiserver after its first choice stayed silent is young there, however
+// long ago the client connected: many such, closed by that apiserver after one request
+// ("Connection: close"), are no burst (the faults suite's drop-replies saw one per run).
+TEST(ControlPlane, ReplayedConnectionsClosedAfterOneRequestAreNoBurst) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b");
+    char tmpl[] = "/tmp/kprism-burst-XXXXXX";
+    int fd = mkstemp(tmpl);
+    std::string toml = "endpoints = [ { address = \"" + a.addr() + "\", zone = \"z1\" }, { address = \"" +
+                       b.addr() + "\", zone = \"z2\" } ]\nzone = \"z1\"\n";
+    ASSERT_EQ(::write(fd, toml.data(), toml.size()), static_cast<ssize_t>(toml.size()));
+    ::close(fd);
+    // A long interval: a stays up while it is stopped, so every new connection picks it first.
+    Kprism k({}, tls_flags(pki, {"--config", tmpl, "--health-interval", "30s", "--health-fast-interval", "10s",
+                                 "--first-response-timeout", "1200ms"}));
+    unlink(tmpl);
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr()));
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + b.addr()));
+    a.proc->signal(SIGSTOP);  // accepts (the kernel does), never answers
+    std::vector<std::string> by(6);
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < by.size(); ++i)
+        clients.emplace_back([&, i] {
+            auto r = run({"/usr/bin/curl", "-sS", "-H", "Connection: close", "--cacert", pki.ca_cert, "--cert",
+                          pki.client_pem, "--key", pki.client_pem, "--max-time", "10",
+                          "https://127.0.0.1:" + std::to_string(k.port) + "/"},
+                         15000ms);
+            by[i] = r.output;
+        });
+    for (auto& t : clients) t.join();
+    a.proc->signal(SIGCONT);
+    for (const auto& out : by) EXPECT_NE(out.find("served by b "), std::string::npos) << out;
+    EXPECT_GE(k.stat("replayed"), 3) << k.output();
+    ASSERT_TRUE(eventually([&] { return k.stat("connections_active") == 0; }));
+    EXPECT_EQ(k.count_output(kBurstLine), 0u) << k.output();
 }
 
 // Scenario 3: etcd lost on all three apiservers at the same moment, then back. One quorum event
