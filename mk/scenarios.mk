@@ -10,8 +10,11 @@
 # tests/leftovers.py: no process it started may be left running.
 ## SCENARIOS_FULL=1: `make scenarios` with full durations (60 s windows, 10 min after a return, 3-minute certificates; about 25 min)
 SCENARIOS_FULL ?= 0
+## SCENARIOS_BEFORE=: an earlier kprism binary that `make scenarios` runs beside, with its defaults
+SCENARIOS_BEFORE ?=
 .PHONY: scenarios
 scenarios: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## control-plane scenarios, kprism beside HAProxy mTLS /readyz and HAProxy TCP (about 4 min)
 	$(TEST_ENV) /usr/bin/python3 tests/scenarios/run.py $(abspath $(BUILD)/kprism) $(abspath $(BUILD)/kprism-apiserver) \
-		$(if $(filter 1,$(SCENARIOS_FULL)),--full) --out $(abspath $(BUILD)/scenarios.md); \
+		$(if $(filter 1,$(SCENARIOS_FULL)),--full) $(if $(SCENARIOS_BEFORE),--kprism-before $(SCENARIOS_BEFORE)) \
+		--out $(abspath $(BUILD)/scenarios.md); \
 		rc=$$?; tests/leftovers.py $(abspath $(BUILD)) || rc=1; exit $$rc

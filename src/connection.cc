@@ -159,6 +159,13 @@ void Connection::on_timer(uv_timer_t* t) {
     case TimerFor::removed:
         c->close("endpoint removed by reload: drain timeout");
         break;
+    case TimerFor::rebalance:
+        // Re-checked now: moved only while its upstream is up (a down one is close_on_down's).
+        if (c->up_ && c->up_->health == Health::up && !c->up_->removed) {
+            c->srv_.note_rebalanced();
+            c->close("rebalance: upstream over its share");
+        }
+        break;
     case TimerFor::none: break;
     }
 }
@@ -274,6 +281,12 @@ void Connection::close_later_for_removal(uint64_t drain_ms) {
     uv_timer_start(&timer_, on_timer, drain_ms, 0);
 }
 
+void Connection::close_later_for_rebalance(uint64_t delay_ms) {
+    if (!movable()) return;
+    timer_for_ = TimerFor::rebalance;
+    uv_timer_start(&timer_, on_timer, delay_ms, 0);
+}
+
 void Connection::close_later_for_down(uint64_t delay_ms) {
     // A connection whose first flight awaits an answer is moved by its first-response timer instead.
     if (closing_ || state_ != State::splicing || (awaiting_answer_ && !first_flight_.empty())) return;
@@ -327,6 +340,10 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
     if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
         try_replay(ConnectFailure::hung_up, nread == UV_EOF ? "closed before answering" : "reset before answering"))
         return;
+    // The apiserver ended it first (not the client): a passive signal when many do at once. Its
+    // age on this upstream: a connection moved here after a failed attempt elsewhere is young.
+    if (!client_side && !to.eof && nread != UV_ENOBUFS)
+        srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
     if (nread == UV_EOF) {
         from.eof = true;
         if (client_side) awaiting_answer_ = false;  // a half-closed client is never replayed

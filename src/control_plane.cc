@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // Health bookkeeping: checkers and their results, passive failures, hostname resolution, up/down
-// changes, closes on down, no-ready episodes, and applying a reloaded endpoint list.
+// changes, closes on down, no-ready episodes, the credentials condition's consequences, and
+// applying a reloaded endpoint list.
 #include "kprism/control_plane.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <ctime>
+#include <type_traits>
 
 #include "kprism/connection.h"
 #include "kprism/log.h"
@@ -37,6 +42,8 @@ const Config& ControlPlane::config() const { return srv_.config(); }
 void ControlPlane::start() {
     uv_timer_init(loop(), &resolve_timer_);
     resolve_timer_.data = this;
+    uv_timer_init(loop(), &hold_timer_);
+    hold_timer_.data = this;
     started_ = true;
     for (size_t i = 0; i < ups_.size(); ++i)
         if (!ups_[i].addr.is_ip) resolve(ups_[i]);
@@ -54,7 +61,10 @@ void ControlPlane::close() {
         if (c) c->close();
     for (size_t i = 0; i < ups_.size(); ++i)
         if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
-    if (started_) uv_close(reinterpret_cast<uv_handle_t*>(&resolve_timer_), nullptr);
+    if (started_) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&resolve_timer_), nullptr);
+        uv_close(reinterpret_cast<uv_handle_t*>(&hold_timer_), nullptr);
+    }
 }
 
 void ControlPlane::start_checker(Upstream& u, uint64_t first_delay_ms) {
@@ -71,13 +81,14 @@ void ControlPlane::stop_checker(Upstream& u) {
 }
 
 bool ControlPlane::all_judged() const {
+    if (creds_.rejected()) return true;
     for (size_t i = 0; i < ups_.size(); ++i)
         if (!ups_[i].removed && ups_[i].health == Health::unknown) return false;
     return true;
 }
 
 bool ControlPlane::fallback_allowed() const {
-    return config().fail_mode == FailMode::open || tls_->get() == nullptr || ups_.up_count() > 0;
+    return config().fail_mode == FailMode::open || tls_->get() == nullptr || ups_.up_count() > 0 || creds_.rejected();
 }
 
 std::string ControlPlane::summary() const {
@@ -86,17 +97,98 @@ std::string ControlPlane::summary() const {
     size_t up = ups_.up_count();
     std::string s = fmt::format("{}/{} upstreams ready", up, live);
     if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
+    if (creds_.rejected()) s += ", client certificate rejected";
     return s;
 }
 
-void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down) {
-    bool was_unauthorized = u.has_result && u.last_result == CheckResult::unauthorized;
-    if (r == CheckResult::unauthorized && !was_unauthorized)
-        log::error("health check unauthorized: the apiserver does not accept kprism's client certificate; this is "
-                   "a misconfiguration, not an unready apiserver",
-                   {{"upstream", u.name}, {"error", error}, {"client_cert", config().s.client_cert},
-                    {"subject", tls_->subject()}});
-    ups_.record(u, r, error, explicit_down, uv_now(loop()));
+void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down,
+                                uint64_t generation, const FailingChecks& checks) {
+    uint64_t now = uv_now(loop());
+    ProbeMark prev = u.probe;
+    u.probe = ProbeMark{true, r, now, generation};
+    Credentials::Outcome out = creds_.on_result(ups_, u, prev, now, tls_->generation());
+    if (cert_verdict_of(r) == CertVerdict::accepted && generation == tls_->generation()) u.rejection_logged = false;
+    if (out.hold) ups_.note(u, r, error, now, checks);
+    else ups_.record(u, r, error, explicit_down, now, checks);
+    on_credentials(out, u, now);
+    review();
+}
+
+SSL_CTX* ControlPlane::refresh_tls(uint64_t now_ms) {
+    SSL_CTX* ctx = tls_->refresh(now_ms);
+    if (tls_->generation() == tls_generation_seen_) return ctx;
+    const bool first = tls_generation_seen_ == 0;
+    tls_generation_seen_ = tls_->generation();
+    if (first) return ctx;
+    for (size_t i = 0; i < ups_.size(); ++i) ups_[i].rejection_logged = false;
+    if (creds_.on_rotation()) {
+        log::info("client certificate no longer rejected: it rotated; checking every apiserver again",
+                  {{"reason", "rotated"}, {"client_cert", config().s.client_cert}, {"subject", tls_->subject()}});
+        srv_.health_changed();
+    }
+    check_all_soon(nullptr);
+    return ctx;
+}
+
+void ControlPlane::check_all_soon(const Upstream* except) {
+    for (size_t i = 0; i < checkers_.size(); ++i)
+        if (checkers_[i] && (!except || except->index != i)) checkers_[i]->check_soon();
+}
+
+// What follows from a step of the credentials condition (credentials.h).
+void ControlPlane::on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now) {
+    switch (out.event) {
+    case Credentials::Event::none: return;
+    case Credentials::Event::round_started: check_all_soon(&u); return;
+    case Credentials::Event::entered:
+        log_rejected_by_all(u);
+        srv_.health_changed();
+        return;
+    case Credentials::Event::left:
+        log::info("client certificate no longer rejected: an apiserver accepts it",
+                  {{"reason", "accepted"}, {"upstream", u.name}});
+        srv_.health_changed();
+        return;
+    case Credentials::Event::partial: break;
+    }
+    // Some apiservers accept the certificate: those that rejected it in the round are
+    // misconfigured for this node, and their rejections count as failed checks after all.
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& w = ups_[i];
+        const ProbeMark& m = w.probe;
+        if (w.removed || !m.has || m.result != CheckResult::unauthorized || m.at_ms < out.round_start_ms ||
+            m.generation != tls_->generation())
+            continue;
+        if (!w.rejection_logged)
+            log::error("health check unauthorized: the apiserver does not accept kprism's client certificate, "
+                       "others do; this is a misconfiguration, not an unready apiserver",
+                       {{"upstream", w.name}, {"error", w.last_error}, {"client_cert", config().s.client_cert},
+                        {"subject", tls_->subject()}});
+        w.rejection_logged = true;
+        if (&w != &u || out.hold) ups_.apply(w, CheckResult::unauthorized, w.last_error, false, now, true);
+    }
+}
+
+// The one line of the condition: who the certificate is and when it ends, not per upstream.
+void ControlPlane::log_rejected_by_all(const Upstream& u) const {
+    size_t rejecting = 0;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        rejecting += !ups_[i].removed && ups_[i].probe.has && ups_[i].probe.result == CheckResult::unauthorized;
+    const int64_t not_after = tls_->not_after();
+    const int64_t remaining = not_after - static_cast<int64_t>(std::time(nullptr));
+    char expiry[32] = "?";
+    auto na = static_cast<time_t>(not_after);
+    struct tm tm {};
+    if (not_after != 0 && gmtime_r(&na, &tm)) strftime(expiry, sizeof expiry, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    log::error("client certificate rejected by every apiserver: the node's credentials, not the apiservers; "
+               "failing open, no connection is closed",
+               {{"client_cert", config().s.client_cert},
+                {"subject", tls_->subject()},
+                {"not_after", expiry},
+                {"expired", not_after != 0 && remaining <= 0},
+                {"remaining", format_duration(Duration{remaining * 1000})},
+                {"upstreams", static_cast<uint64_t>(rejecting)},
+                {"error", u.last_error}});
 }
 
 void ControlPlane::passive_failure(Upstream& u, ConnectFailure why, std::string_view detail,
@@ -112,15 +204,43 @@ void ControlPlane::passive_failure(Upstream& u, ConnectFailure why, std::string_
     if (tls_->get() && u.health != Health::down && !stale)
         ups_.record(u, check_result_of(why), fmt::format("client connection: {}", detail), false, now);
     if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
+    review();
 }
 
 void ControlPlane::note_closed_for_down() { ++stats_.closed_for_down; }
+
+// A burst of connections ended by the apiserver says more than one: it may be shutting down (its
+// /readyz then fails "shutdown") or shedding connections. Young connections do not count: a
+// client's short request on a "Connection: close" answer ends on the server's side too.
+void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
+    static_assert(std::extent_v<decltype(Upstream::upstream_ends_ms)> == kCloseBurst);
+    if (age_ms < kCloseBurstMinAgeMs) return;
+    uint64_t now = uv_now(loop());
+    u.upstream_ends_ms[u.upstream_ends_next] = now;
+    u.upstream_ends_next = static_cast<uint8_t>((u.upstream_ends_next + 1) % kCloseBurst);
+    for (uint64_t t : u.upstream_ends_ms)
+        if (t == 0 || now - t > kCloseBurstWindowMs) return;
+    std::fill(std::begin(u.upstream_ends_ms), std::end(u.upstream_ends_ms), 0);  // one check per burst
+    ++u.close_bursts;
+    log::info("upstream closed many connections at once: checking it now",
+              {{"upstream", u.name}, {"closed", static_cast<uint64_t>(kCloseBurst)},
+               {"within", format_duration(Duration{static_cast<int64_t>(kCloseBurstWindowMs)})}});
+    if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
+}
 
 // Down: spread closes of its established connections over close_spread, unless that would leave
 // nothing ready. Also the one line per no-ready episode.
 void ControlPlane::on_health_change(Upstream& u, Health old) {
     size_t up = ups_.up_count();
-    if (u.health == Health::down && old == Health::up && config().s.close_on_down) close_connections_of(u);
+    if (u.health != Health::down) u.close_held_since_ms = 0;
+    // A rejected client certificate says nothing about the connections kubelet holds there: it
+    // presents its own certificate and is already through. Down for etcd, the closes wait to
+    // tell one apiserver without etcd from all of them (hold_closes); without quorum, none.
+    if (u.health == Health::down && old == Health::up && config().s.close_on_down &&
+        u.last_result != CheckResult::unauthorized && !etcd_quorum_lost_) {
+        if (u.failing_checks.etcd()) hold_closes(u);
+        else close_connections_of(u);
+    }
     if (up == 0 && (all_judged() || old == Health::up) && !failing_open_) {
         failing_open_ = true;
         ++stats_.fail_open_episodes;
@@ -134,6 +254,77 @@ void ControlPlane::on_health_change(Upstream& u, Health old) {
     }
     srv_.health_changed();
 }
+
+void ControlPlane::hold_closes(Upstream& u) {
+    u.close_held_since_ms = std::max<uint64_t>(uv_now(loop()), 1);
+    KPRISM_DEBUG("down for etcd: closes wait for the other upstreams' checks", {{"upstream", u.name}});
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (&ups_[i] != &u && !ups_[i].removed && i < checkers_.size() && checkers_[i])
+            checkers_[i]->check_soon(true);
+    arm_hold_timer();
+}
+
+// Quorum: every live upstream down for etcd is one event, logged once with its end; nothing is
+// closed meanwhile (there is nowhere better to go). A held upstream whose peers have all answered
+// since (or whose hold ran out) without that is one apiserver losing etcd: its closes go ahead.
+void ControlPlane::review() {
+    size_t live = 0, etcd_down = 0;
+    std::string names;
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        const Upstream& v = ups_[i];
+        if (v.removed) continue;
+        ++live;
+        if (v.health == Health::down && v.failing_checks.etcd()) {
+            ++etcd_down;
+            names += (names.empty() ? "" : ",") + v.name;
+        }
+    }
+    if (!etcd_quorum_lost_ && live > 0 && etcd_down == live) {
+        etcd_quorum_lost_ = true;
+        log::error("control plane has no etcd quorum: every apiserver fails its etcd checks; closing nothing, "
+                   "connections go to every endpoint until one is ready",
+                   {{"upstreams", names}});
+    } else if (etcd_quorum_lost_ && ups_.up_count() > 0) {
+        etcd_quorum_lost_ = false;
+        std::string first;
+        for (size_t i = 0; i < ups_.size() && first.empty(); ++i)
+            if (!ups_[i].removed && ups_[i].health == Health::up) first = ups_[i].name;
+        log::info("control plane has etcd quorum again: an apiserver is ready", {{"upstream", first}});
+    }
+    const uint64_t now = uv_now(loop());
+    const auto hold = 2 * static_cast<uint64_t>(config().s.health_fast_interval.count());
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& u = ups_[i];
+        if (u.close_held_since_ms == 0) continue;
+        if (u.health != Health::down || u.removed || etcd_quorum_lost_) {
+            u.close_held_since_ms = 0;
+            continue;
+        }
+        bool peers_answered = true;
+        for (size_t j = 0; j < ups_.size(); ++j)
+            if (j != i && !ups_[j].removed && ups_[j].last_result_ms <= u.close_held_since_ms) peers_answered = false;
+        if (!peers_answered && now - u.close_held_since_ms < hold) continue;
+        u.close_held_since_ms = 0;
+        close_connections_of(u);
+    }
+    arm_hold_timer();
+}
+
+void ControlPlane::arm_hold_timer() {
+    if (!started_ || closed_) return;
+    const auto hold = 2 * static_cast<uint64_t>(config().s.health_fast_interval.count());
+    const uint64_t now = uv_now(loop());
+    uint64_t due = UINT64_MAX;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (ups_[i].close_held_since_ms != 0) due = std::min(due, ups_[i].close_held_since_ms + hold);
+    if (due == UINT64_MAX) {
+        uv_timer_stop(&hold_timer_);
+        return;
+    }
+    uv_timer_start(&hold_timer_, on_hold_timer, due > now ? due - now : 0, 0);
+}
+
+void ControlPlane::on_hold_timer(uv_timer_t* t) { static_cast<ControlPlane*>(t->data)->review(); }
 
 void ControlPlane::close_connections_of(Upstream& u) {
     if (ups_.up_count() == 0) {

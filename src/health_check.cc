@@ -76,11 +76,16 @@ void HealthChecker::close() {
     begin_when_closed_ = false;
 }
 
-void HealthChecker::check_soon() {
+void HealthChecker::check_soon(bool defer) {
     if (!handles_open_ || phase_ != Phase::idle) return;
     uint64_t now = uv_now(cp_.loop());
-    if (probes_ > 0 && now - started_ms_ < 250) return;
-    uv_timer_start(&timer_, on_timer, 0, 0);  // from the loop, not from the caller's stack
+    uint64_t wait = 0;
+    if (probes_ > 0 && now - started_ms_ < kMinGapMs) {
+        if (!defer) return;
+        wait = kMinGapMs - (now - started_ms_);
+        if (uv_timer_get_due_in(&timer_) <= wait) return;  // already due by then
+    }
+    uv_timer_start(&timer_, on_timer, wait, 0);  // from the loop, not from the caller's stack
 }
 
 void HealthChecker::on_timer(uv_timer_t* t) { static_cast<HealthChecker*>(t->data)->begin(); }
@@ -94,8 +99,8 @@ void HealthChecker::begin() {
     uint64_t now = uv_now(cp_.loop());
     started_ms_ = now;
     ++probes_;
+    SSL_CTX* ctx = cp_.refresh_tls(now);
     TlsClientContext& tls = cp_.tls();
-    SSL_CTX* ctx = tls.refresh(now);
     if (!ctx || !up_.resolved) {
         // Nothing to check with (kubelet TLS bootstrap) or no address yet: the upstream stays
         // as it is and the selection fails open. Look again at the fast interval.
@@ -108,7 +113,7 @@ void HealthChecker::begin() {
         session_generation_ = tls.generation();
     }
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
-    parser_ = HttpResponseParser();
+    parser_ = HttpResponseParser(kProbeResponseMax, kReadyzBodyMax);
     int r = uv_tcp_init_ex(cp_.loop(), &tcp_, up_.sa.ss_family);
     if (r != 0) {
         log::warn("cannot create health check socket", {{"upstream", up_.name}, {"error", uv_strerror(r)}});
@@ -293,7 +298,9 @@ void HealthChecker::conclude() {
         finish(CheckResult::unauthorized, err);
         return;
     }
-    finish(CheckResult::not_ready, err, code >= 500);
+    // kube-apiserver names its failing checks ("[-]etcd failed: reason withheld"); any other
+    // body yields none. At most kReadyzBodyMax bytes of it were read.
+    finish(CheckResult::not_ready, err, code >= 500, parse_readyz_body(parser_.body()));
 }
 
 void HealthChecker::on_deadline(uv_timer_t* t) {
@@ -309,7 +316,7 @@ void HealthChecker::on_deadline(uv_timer_t* t) {
                  fmt::format("{} within {}", what, format_duration(self->cp_.config().s.health_timeout)), hung);
 }
 
-void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down) {
+void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down, const FailingChecks& checks) {
     if (phase_ == Phase::idle) return;
     const bool phase_was_response = phase_ == Phase::awaiting_response && r != CheckResult::tls_failed &&
                                     r != CheckResult::timeout;
@@ -331,7 +338,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down)
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
     // From the connect, when the deadline started: the time health.timeout bounds.
     up_.check_duration.observe(static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e9);
-    cp_.record_check(up_, r, error, explicit_down);
+    cp_.record_check(up_, r, error, explicit_down, session_generation_, checks);
     schedule_next();
 }
 
@@ -349,8 +356,10 @@ void HealthChecker::on_tcp_closed(uv_handle_t* h) {
 void HealthChecker::schedule_next() {
     if (!handles_open_) return;
     const Settings& s = cp_.config().s;
-    bool fast = up_.health == Health::unknown || (up_.health == Health::up && up_.falls > 0) ||
-                (up_.health == Health::down && up_.rises > 0);
+    // While every apiserver rejects the certificate an unknown upstream stays unknown: that is no
+    // verdict in flux, and probing at the fast interval would only add rejected handshakes.
+    bool fast = (up_.health == Health::unknown && cp_.credentials() != CredentialsState::rejected) ||
+                (up_.health == Health::up && up_.falls > 0) || (up_.health == Health::down && up_.rises > 0);
     uint64_t period = static_cast<uint64_t>((fast ? s.health_fast_interval : s.health_interval).count());
     period = period - random_below(period / 5 + 1);
     uint64_t elapsed = uv_now(cp_.loop()) - started_ms_;

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <ctime>
+
 #include "kprism/tls_context.h"
 #include "kprism/version.h"
 
@@ -23,9 +25,14 @@ Snapshot take_snapshot(Server& srv) {
     s.stats = srv.stats();
     s.connections_active = srv.active_connections();
     s.fail_open = srv.control().failing_open();
+    s.etcd_quorum_lost = srv.control().etcd_quorum_lost();
     s.draining = srv.draining();
     TlsClientContext& tls = srv.control().tls();
     s.client_cert_not_after = tls.get() ? tls.not_after() : 0;
+    s.client_cert = srv.config().s.client_cert;
+    if (tls.get()) s.client_cert_subject = tls.subject();
+    s.credentials = credentials_state_name(srv.control().credentials());
+    s.now_unix = static_cast<int64_t>(std::time(nullptr));
     s.heartbeat_age_seconds = srv.heartbeat().age_seconds();
     UpstreamPool& ups = srv.control().upstreams();
     for (size_t i = 0; i < ups.size(); ++i)
@@ -118,6 +125,13 @@ std::string render_metrics(const Snapshot& s) {
     for (const Upstream* u : ups)
         for (Health h : {Health::up, Health::down, Health::unknown})
             w.sample(up_label(*u, "state", health_name(h)), u->health == h ? 1 : 0);
+    w.family("kprism_upstream_down_reason", "gauge", "Why the upstream is down: 1 for its reason (shutdown, etcd, other: the failing /readyz checks; unauthorized, connect, timeout, tls: the check result), 0 for the others; all 0 while it is not down.");
+    for (const Upstream* u : ups)
+        for (size_t i = 0; i < kDownReasons; ++i)
+            w.sample(up_label(*u, "reason", down_reason_name(static_cast<DownReason>(i))),
+                     u->health == Health::down && u->down_reason == static_cast<DownReason>(i) ? 1 : 0);
+    w.family("kprism_upstream_close_bursts_total", "counter", "Bursts of established connections the upstream ended itself (3 within 1 s), each starting a check at once.");
+    for (const Upstream* u : ups) w.sample(up_label(*u), u->close_bursts);
     w.family("kprism_upstream_transitions_total", "counter", "Health changes of the upstream, by the state it went to.");
     for (const Upstream* u : ups) {
         w.sample(up_label(*u, "to", "up"), u->went_up);
@@ -150,8 +164,12 @@ std::string render_metrics(const Snapshot& s) {
 
     w.family("kprism_connections_closed_upstream_down_total", "counter", "Established connections closed because their upstream went down.");
     w.sample("", s.stats.closed_for_down);
+    w.family("kprism_connections_rebalanced_total", "counter", "Established connections closed by rebalancing to move them off an upstream over its share.");
+    w.sample("", s.stats.rebalanced);
     w.family("kprism_fail_open_active", "gauge", "1 during an episode of no upstream up (logged as \"no upstream ready\"; failing open or closed), else 0.");
     w.sample("", s.fail_open ? 1 : 0);
+    w.family("kprism_etcd_quorum_lost", "gauge", "1 while every upstream is down for its etcd checks (logged as \"control plane has no etcd quorum\"; nothing is closed for being down), else 0.");
+    w.sample("", s.etcd_quorum_lost ? 1 : 0);
     w.family("kprism_fail_open_episodes_total", "counter", "Episodes of no upstream up.");
     w.sample("", s.stats.fail_open_episodes);
     w.family("kprism_config_reloads_total", "counter", "Configuration reloads (SIGHUP), by result.");
@@ -159,6 +177,10 @@ std::string render_metrics(const Snapshot& s) {
     w.sample(label("result", "failure"), s.stats.reloads_failed);
     w.family("kprism_client_certificate_expiry_timestamp_seconds", "gauge", "notAfter of the loaded client certificate of the readiness checks, as a unix time.");
     if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after);
+    w.family("kprism_client_certificate_remaining_seconds", "gauge", "Seconds until the loaded client certificate's notAfter; negative once it has expired.");
+    if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after - s.now_unix);
+    w.family("kprism_client_certificate_rejected", "gauge", "1 while every apiserver that answers rejects the client certificate (401/403 or a TLS alert; logged as \"client certificate rejected by every apiserver\"), else 0.");
+    w.sample("", std::string_view(s.credentials) == "rejected" ? 1 : 0);
     w.family("kprism_heartbeat_age_seconds", "gauge", "Seconds since the event loop's 1 s heartbeat last ticked.");
     w.sample("", num(s.heartbeat_age_seconds));
     return out;

@@ -2,6 +2,8 @@
 // Selection policies (random, least-connections, latency) and the eligibility rules around them.
 #include "kprism/policy.h"
 
+#include <utility>
+
 #include "kprism/random.h"
 
 namespace kprism {
@@ -82,6 +84,20 @@ std::unique_ptr<Policy> make_policy(PolicyKind kind) {
     return std::make_unique<RandomPolicy>();
 }
 
+namespace {
+
+// Rebalancing's plan: the candidates below their share, moved to the front, and how many there
+// are; or n when none is below (then all stay candidates). Counted live (Upstream::active), so a
+// short connection that comes and goes does not use up the returning upstream's place.
+size_t below_share_first(Upstream** c, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; ++i)
+        if (c[i]->below_share()) std::swap(c[k++], c[i]);
+    return k > 0 ? k : n;
+}
+
+}  // namespace
+
 Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback) {
     Upstream* up[kMaxUpstreams];
     Upstream* in_zone[kMaxUpstreams];
@@ -107,9 +123,10 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
         }
     }
     // While an up upstream in the node's zone exists, stay in the zone (untried ones first, then
-    // the rest of the up ones as retries).
-    if (zone_up && n_zone > 0) return policy.choose(in_zone, n_zone);
-    if (n_up > 0) return policy.choose(up, n_up);
+    // the rest of the up ones as retries). While rebalancing fills an upstream below its share
+    // (rebalancer.h), new connections go there first.
+    if (zone_up && n_zone > 0) return policy.choose(in_zone, below_share_first(in_zone, n_zone));
+    if (n_up > 0) return policy.choose(up, below_share_first(up, n_up));
     if (!fallback) return nullptr;
     if (n_unknown > 0) return policy.choose(unknown, n_unknown);
     if (n_down > 0) return policy.choose(down, n_down);

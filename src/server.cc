@@ -46,7 +46,8 @@ Server::Server(uv_loop_t* loop, Config cfg, Loader loader)
       cfg_(std::move(cfg)),
       loader_(std::move(loader)),
       policy_(make_policy(cfg_.policy)),
-      control_(*this, stats_) {}
+      control_(*this, stats_),
+      rebalancer_(*this, stats_) {}
 
 Server::~Server() {
     if (sd_.admin_fd >= 0) ::close(sd_.admin_fd);  // passed by systemd and never taken by the admin server
@@ -108,6 +109,7 @@ bool Server::start(std::string& error) {
     drain_timer_.data = this;
     heartbeat_.start(loop_);
     control_.start();
+    rebalancer_.start();
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
     log::info("started", {{"upstreams", names}, {"policy", policy_->name()},
@@ -236,6 +238,7 @@ void Server::finish() {
     }
     heartbeat_.close();
     control_.close();
+    rebalancer_.close();
     for (uv_signal_t& sig : signals_)
         if (sig.data && !uv_is_closing(h(&sig))) uv_close(h(&sig), nullptr);
     for (uv_timer_t* t : {&drain_timer_, &sd_.ready_timer, &sd_.watchdog_timer})
@@ -252,6 +255,7 @@ void Server::log_stats() {
                         {"connect_failures", stats_.connect_failures},
                         {"replayed", stats_.replayed},
                         {"closed_for_down", stats_.closed_for_down},
+                        {"rebalanced", stats_.rebalanced},
                         {"fail_open_episodes", stats_.fail_open_episodes},
                         {"buffers_in_use", static_cast<uint64_t>(pools_.buffers.in_use())},
                         {"buffers_free", static_cast<uint64_t>(pools_.buffers.free_count())}});

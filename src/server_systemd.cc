@@ -99,6 +99,7 @@ void Server::start_systemd() {
 
 void Server::health_changed() {
     if (draining_ || finished_) return;  // the STATUS then tells about the drain
+    rebalancer_.poke();
     if (!sd_.ready_sent) {
         maybe_ready();
         if (sd_.ready_sent) return;  // with its STATUS

@@ -66,6 +66,14 @@ std::string render_status_json(const Snapshot& s) {
           {"last_changes", st.reload_last_changes},
           {"last_unix", or_null(st.reload_last_unix != 0, st.reload_last_unix)}}},
     };
+    const bool loaded = s.client_cert_not_after != 0;
+    doc["credentials"] = {
+        {"state", s.credentials},
+        {"client_cert", s.client_cert},
+        {"subject", or_null(loaded, s.client_cert_subject)},
+        {"not_after_unix", or_null(loaded, s.client_cert_not_after)},
+        {"remaining_seconds", or_null(loaded, s.client_cert_not_after - s.now_unix)},
+    };
     Json ups = Json::array();
     for (const Upstream* u : s.upstreams) {
         Json entry = {
@@ -79,9 +87,15 @@ std::string render_status_json(const Snapshot& s) {
             {"rtt_ms", or_null(u->rtt_ms >= 0, std::round(u->rtt_ms * 1000) / 1000)},
             {"active_connections", u->active},
         };
+        Json checks = Json::array();
+        for (const auto& n : u->failing_checks.names) checks.push_back(n);
+        entry["failing_checks"] = std::move(checks);
+        entry["failing_checks_more"] = u->failing_checks.more;
+        entry["down_reason"] = or_null(u->health == Health::down, down_reason_name(u->down_reason));
         ups.push_back(std::move(entry));
     }
     doc["upstreams"] = std::move(ups);
+    doc["condition"] = or_null(s.etcd_quorum_lost, "no-etcd-quorum");
     return json_dump(doc) + "\n";
 }
 
@@ -142,6 +156,8 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
     d.ready = ready->get<bool>();
     d.fail_open = fail_open->get<bool>();
     if (auto dr = doc.find("draining"); dr != doc.end() && dr->is_boolean()) d.draining = dr->get<bool>();
+    if (auto c = doc.find("condition"); c != doc.end() && c->is_string())
+        d.condition = c->get<std::string>().substr(0, 64);
     d.connections_active = count_of(*active);
     if (auto pid = doc.find("pid"); pid != doc.end() && pid->is_number()) d.pid = int_of(*pid);
     if (auto rl = doc.find("reload"); rl != doc.end()) {
@@ -163,6 +179,32 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         d.reload.last_changes = changes->get<std::string>();
         d.reload.last_unix = when->is_null() ? 0 : int_of(*when);
     }
+    if (auto cr = doc.find("credentials"); cr != doc.end()) {
+        if (!cr->is_object()) {
+            error = "member 'credentials' is not an object";
+            return false;
+        }
+        const Json *state = want(*cr, "state", T::string), *cert = want(*cr, "client_cert", T::string),
+                   *subject = want(*cr, "subject", T::string, true), *na = want(*cr, "not_after_unix", T::number, true),
+                   *rem = want(*cr, "remaining_seconds", T::number, true);
+        if (!state || !cert || !subject || !na || !rem) return false;
+        auto bounded = [](const Json& v) {
+            std::string str = v.is_null() ? "" : v.get<std::string>();
+            if (str.size() > kMaxStatusCredentialsString) {
+                size_t cut = kMaxStatusCredentialsString;  // never inside a UTF-8 sequence
+                while (cut > 0 && (static_cast<unsigned char>(str[cut]) & 0xc0) == 0x80) --cut;
+                str.resize(cut);
+            }
+            return str;
+        };
+        d.has_credentials = true;
+        d.credentials.state = bounded(*state);
+        d.credentials.client_cert = bounded(*cert);
+        d.credentials.subject = bounded(*subject);
+        d.credentials.not_after_unix = na->is_null() ? 0 : int_of(*na);
+        d.credentials.has_remaining = !rem->is_null();
+        d.credentials.remaining_seconds = rem->is_null() ? 0 : int_of(*rem);
+    }
     for (const Json& e : *ups) {
         if (!e.is_object()) {
             error = "upstream entry is not an object";
@@ -183,6 +225,18 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         double r = rtt->is_null() ? -1 : rtt->get<double>();
         u.rtt_ms = std::isfinite(r) ? r : -1;
         u.active_connections = count_of(*conns);
+        // Optional (a kprism from before issue 14 has none); names are bounded like the daemon's.
+        if (auto fc = e.find("failing_checks"); fc != e.end() && fc->is_array()) {
+            for (const Json& n : *fc) {
+                if (!n.is_string()) continue;
+                if (u.failing_checks.names.size() < FailingChecks::kMaxNames)
+                    u.failing_checks.names.push_back(n.get<std::string>().substr(0, FailingChecks::kMaxNameLen));
+                else ++u.failing_checks.more;
+            }
+        }
+        if (auto m = e.find("failing_checks_more"); m != e.end() && m->is_number())
+            u.failing_checks.more += count_of(*m);
+        if (auto dr = e.find("down_reason"); dr != e.end() && dr->is_string()) u.down_reason = dr->get<std::string>();
         d.upstreams.push_back(std::move(u));
     }
     out = std::move(d);

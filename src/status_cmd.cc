@@ -64,7 +64,42 @@ const char* colour_of(std::string_view state) {
     return "\x1b[33m";
 }
 
+// "3d", "5h", "12m", "40s": how far off a certificate's end is, at a glance.
+std::string roughly(int64_t seconds) {
+    uint64_t a = seconds < 0 ? 0 - static_cast<uint64_t>(seconds) : static_cast<uint64_t>(seconds);  // INT64_MIN too
+    if (a >= 2 * 86400) return fmt::format("{}d", a / 86400);
+    if (a >= 2 * 3600) return fmt::format("{}h", a / 3600);
+    if (a >= 2 * 60) return fmt::format("{}m", a / 60);
+    return fmt::format("{}s", a);
+}
+
+std::string utc(int64_t unix_s) {
+    auto t = static_cast<time_t>(unix_s);
+    struct tm tm {};
+    char buf[32] = "?";
+    if (gmtime_r(&t, &tm)) strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
 }  // namespace
+
+std::string render_credentials_line(const StatusCredentials& c, bool color) {
+    std::string subject = error_cell(c.subject, kErrorCellMax);
+    if (c.not_after_unix == 0 && subject.empty())
+        return fmt::format("client certificate: none loaded ({})\n", error_cell(c.client_cert, kErrorCellMax));
+    std::string when;
+    if (c.has_remaining)
+        when = c.remaining_seconds > 0 ? fmt::format("expires in {}", roughly(c.remaining_seconds))
+                                       : fmt::format("expired {} ago", roughly(c.remaining_seconds));
+    if (c.not_after_unix != 0) when += fmt::format("{}({})", when.empty() ? "" : " ", utc(c.not_after_unix));
+    std::string state;
+    if (c.state == "rejected") state = color ? "\x1b[31mrejected by every apiserver\x1b[0m" : "rejected by every apiserver";
+    else if (c.state != "ok") state = error_cell(c.state, 32);  // "unknown", or what a newer kprism says
+    std::string out = fmt::format("client certificate {}", subject.empty() ? "-" : subject);
+    if (!state.empty()) out += ": " + state;
+    if (!when.empty()) out += (state.empty() ? ": " : ", ") + when;
+    return out + "\n";
+}
 
 bool http_fetch(const std::string& host, uint16_t port, const std::string& path, int timeout_ms, int& status,
                 std::string& body, std::string& error) {
@@ -175,17 +210,22 @@ std::string error_cell(std::string_view error, size_t max) {
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color) {
     size_t up = 0;
     for (const auto& u : d.upstreams) up += u.state == "up";
-    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}\n", d.version, up,
+    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}{}\n", d.version, up,
                                   d.upstreams.size(), d.connections_active, d.connections_active == 1 ? "" : "s",
-                                  d.fail_open ? ", no upstream ready" : "", d.draining ? ", shutting down" : "");
-    std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "RTT", "CONNS", "SINCE", "ERROR"}};
+                                  d.fail_open ? ", no upstream ready" : "",
+                                  d.condition == "no-etcd-quorum" ? ", no etcd quorum" : "",
+                                  d.draining ? ", shutting down" : "");
+    if (d.has_credentials) out += render_credentials_line(d.credentials, color);
+    std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "CHECKS", "RTT", "CONNS", "SINCE", "ERROR"}};
     for (const auto& u : d.upstreams) {
         std::string since = "-";
         if (u.last_change_unix > 0)
             since = format_duration(Duration{std::max<int64_t>(0, now_unix - u.last_change_unix) * 1000});
         std::string err = error_cell(u.last_error);
+        // The failing checks, from a daemon-bounded list, made one printable cell here as well.
+        std::string checks = u.failing_checks.empty() ? "-" : error_cell(u.failing_checks.str());
         rows.push_back({u.address, u.zone.empty() ? "-" : u.zone, u.state, u.last_result.empty() ? "-" : u.last_result,
-                        u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
+                        checks, u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
                         fmt::format("{}", u.active_connections), since, err});
     }
     std::vector<size_t> width(rows[0].size(), 0);

@@ -86,6 +86,18 @@ CheckResult check_result_of(ConnectFailure f) {
                                                                             : CheckResult::connect_failed;
 }
 
+DownReason down_reason_of(CheckResult r, const FailingChecks& checks) {
+    switch (r) {
+    case CheckResult::not_ready: return down_reason_of_checks(checks);
+    case CheckResult::timeout: return DownReason::timeout;
+    case CheckResult::connect_failed: return DownReason::connect;
+    case CheckResult::tls_failed: return DownReason::tls;
+    case CheckResult::unauthorized: return DownReason::unauthorized;
+    case CheckResult::ready: break;
+    }
+    return DownReason::other;
+}
+
 Upstream* UpstreamPool::find(const HostPort& addr) {
     for (auto& u : ups_)
         if (!u->removed && u->addr == addr) return u.get();
@@ -142,7 +154,8 @@ void UpstreamPool::connect_succeeded(Upstream& u) {
     u.retry_at_ms = 0;
 }
 
-void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, uint64_t now) {
+void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, uint64_t now,
+                              const std::string& detail) {
     Health old = u.health;
     if (old == h) return;
     u.health = h;
@@ -152,22 +165,46 @@ void UpstreamPool::set_health(Upstream& u, Health h, const std::string& reason, 
     if (h == Health::down) ++u.went_down;
     u.rises = u.falls = 0;
     auto level = h == Health::up ? log::Level::info : log::Level::warn;
-    log::write(level, h == Health::up ? "upstream up" : "upstream down",
-               {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}});
+    if (detail.empty())
+        log::write(level, h == Health::up ? "upstream up" : "upstream down",
+                   {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}});
+    else
+        log::write(level, h == Health::up ? "upstream up" : "upstream down",
+                   {{"upstream", u.name}, {"was", health_name(old)}, {"reason", reason}, {"error", detail}});
     update_tiers();
     if (on_change) on_change(u, old);
 }
 
-bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now) {
-    Health before = u.health;
-    bool class_changed = !u.has_result || u.last_result != r;
+bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                          const FailingChecks& checks) {
+    bool class_changed = note(u, r, error, now, checks);
+    return apply(u, r, error, explicit_down, now, class_changed);
+}
+
+bool UpstreamPool::note(Upstream& u, CheckResult r, const std::string& error, uint64_t now,
+                        const FailingChecks& checks) {
+    FailingChecks failing = r == CheckResult::not_ready ? checks : FailingChecks{};
+    bool class_changed = !u.has_result || u.last_result != r || u.failing_checks != failing;
     u.has_result = true;
     u.last_result = r;
     u.last_error = error;
+    u.last_result_ms = now;
+    u.failing_checks = std::move(failing);
+    if (r != CheckResult::ready) u.down_reason = down_reason_of(r, u.failing_checks);
     ++u.checks[static_cast<int>(r)];
-    std::string reason = error.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), error);
+    if (r == CheckResult::ready) u.last_ready_ms = now;
+    return class_changed;
+}
+
+bool UpstreamPool::apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                         bool class_changed) {
+    Health before = u.health;
+    // The failing checks say why better than the body they came in ("not_ready: etcd,shutdown").
+    std::string why = u.failing_checks.empty() ? error : u.failing_checks.str();
+    std::string reason = why.empty() ? result_name(r) : fmt::format("{}: {}", result_name(r), why);
+    // The apiserver's own text stays in the line beside them.
+    const std::string detail = u.failing_checks.empty() ? "" : error;
     if (r == CheckResult::ready) {
-        u.last_ready_ms = now;
         u.falls = 0;
         if (u.health == Health::unknown) set_health(u, Health::up, reason, now);
         else if (u.health == Health::down && ++u.rises >= policy.rise) set_health(u, Health::up, reason, now);
@@ -176,16 +213,16 @@ bool UpstreamPool::record(Upstream& u, CheckResult r, const std::string& error, 
     } else {
         u.rises = 0;
         if (u.health == Health::unknown) {
-            set_health(u, Health::down, reason, now);
+            set_health(u, Health::down, reason, now, detail);
         } else if (u.health == Health::up) {
             ++u.falls;
-            if (explicit_down || u.falls >= policy.fall) set_health(u, Health::down, reason, now);
+            if (explicit_down || u.falls >= policy.fall) set_health(u, Health::down, reason, now, detail);
             else
                 log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)},
                                                   {"error", error}, {"falls", u.falls}, {"need", policy.fall}});
         } else if (class_changed) {
             log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)}, {"error", error},
-                                              {"health", "down"}});
+                                              {"checks", u.failing_checks.str()}, {"health", "down"}});
         }
     }
     return u.health != before;

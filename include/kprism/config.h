@@ -54,6 +54,11 @@ struct Settings {
     Duration drain_timeout{30000};
     int64_t max_connections = 10000;
     Duration resolve_interval{30000};
+    bool rebalance = true;  // move connections off upstreams over their share (rebalancer.h)
+    Duration rebalance_interval{15000};
+    int64_t rebalance_max_per_minute = 6;
+    Duration rebalance_window{30000};
+    Duration rebalance_min_age{60000};
     bool tcp_nodelay = true;
     Duration tcp_keepalive{30000};  // idle time before probes; 0 disables keepalive
     Duration tcp_keepalive_interval{10000};

@@ -30,6 +30,16 @@ public:
     void close_later_for_down(uint64_t delay_ms);
     // The upstream was removed by a reload: let the connection finish for up to `drain_ms`.
     void close_later_for_removal(uint64_t drain_ms);
+    // Rebalancing moves this connection: close it after `delay_ms` if its upstream is still up
+    // (the client reconnects and lands on an under-share upstream).
+    void close_later_for_rebalance(uint64_t delay_ms);
+    // Established, bound to its upstream, and no close already scheduled: rebalancing may move it.
+    bool movable() const {
+        return state_ == State::splicing && !closing_ && timer_for_ == TimerFor::none &&
+               !(awaiting_answer_ && !first_flight_.empty());
+    }
+    bool rebalance_pending() const { return timer_for_ == TimerFor::rebalance; }
+    uint64_t started_ms() const { return started_ms_; }  // uv_now() when it was accepted
 
     bool closing() const { return closing_; }
     bool splicing() const { return state_ == State::splicing; }
@@ -41,7 +51,7 @@ public:
 
 private:
     enum class State { connecting, splicing };
-    enum class TimerFor { none, connect, first_response, down, removed };
+    enum class TimerFor { none, connect, first_response, down, removed, rebalance };
 
     // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
     // Requests come from the Server's pools and are held only while in flight.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kprism/config.h"
+#include "kprism/credentials.h"
 #include "kprism/health_check.h"
 #include "kprism/tls_context.h"
 #include "kprism/upstream.h"
@@ -45,26 +46,57 @@ public:
     UpstreamPool& upstreams() { return ups_; }
     const UpstreamPool& upstreams() const { return ups_; }
     TlsClientContext& tls() { return *tls_; }
+    const TlsClientContext& tls() const { return *tls_; }
+    // The certificate files, re-read if they changed (TlsClientContext::refresh); a new
+    // certificate ends the credentials condition and every upstream is probed again at once.
+    SSL_CTX* refresh_tls(uint64_t now_ms);
+    // Whether the apiservers accept the client certificate (credentials.h).
+    CredentialsState credentials() const { return creds_.state(); }
 
-    // Every live upstream has a verdict (or kprism has no client certificate to check with).
+    // Every live upstream has a verdict (or kprism has no client certificate to check with, or
+    // every apiserver rejects it).
     bool all_judged() const;
     // An episode of no upstream ready is going on (failing open or closed).
     bool failing_open() const { return failing_open_; }
-    // May a connection go to upstreams that are not up (fail-open, or nothing to check with)?
+    // Every live upstream is down for its etcd checks: the control plane has no etcd quorum.
+    // From that moment until one is up again nothing is closed for being down.
+    bool etcd_quorum_lost() const { return etcd_quorum_lost_; }
+    // May a connection go to upstreams that are not up (fail-open, nothing to check with, or a
+    // certificate every apiserver rejects)?
     bool fallback_allowed() const;
     // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
     std::string summary() const;
 
     // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
-    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down);
+    // `generation`: that of the certificate the probe ran with; `checks`: the failing checks its
+    // /readyz body named.
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t generation,
+                      const FailingChecks& checks = {});
     // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
     // counted like a failed check, and a probe is started at once.
     void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
+    // The upstream side ended an established connection first (FIN or reset before the client's),
+    // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
+    // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
+    void upstream_ended(Upstream& u, uint64_t age_ms);
+    static constexpr size_t kCloseBurst = 3;
+    static constexpr uint64_t kCloseBurstWindowMs = 1000;
+    static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
 
 private:
     void on_health_change(Upstream& u, Health old);
+    // Down for etcd: its closes wait (close_held_since_ms) until every other live upstream has a
+    // result from after that, or for at most two fast intervals, so that etcd lost everywhere at
+    // once is told from one apiserver losing it. review() ends holds and quorum episodes.
+    void hold_closes(Upstream& u);
+    void review();
+    void arm_hold_timer();
+    static void on_hold_timer(uv_timer_t* t);
+    void on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now);
+    void log_rejected_by_all(const Upstream& u) const;
+    void check_all_soon(const Upstream* except);
     void close_connections_of(Upstream& u);
     void start_checker(Upstream& u, uint64_t first_delay_ms);
     void stop_checker(Upstream& u);
@@ -83,9 +115,13 @@ private:
     // with the ControlPlane.
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
+    uv_timer_t hold_timer_{};
     bool started_ = false;
     bool closed_ = false;
     bool failing_open_ = false;
+    bool etcd_quorum_lost_ = false;
+    Credentials creds_;
+    uint64_t tls_generation_seen_ = 0;
 };
 
 }  // namespace kprism

@@ -10,11 +10,16 @@
 #include <string>
 
 #include "kprism/http_response.h"
+#include "kprism/readyz_body.h"
 #include "kprism/upstream.h"
 
 namespace kprism {
 
 class ControlPlane;
+
+// What a probe keeps of a response, headers and body (a /readyz body past kReadyzBodyMax bytes
+// is not read at all).
+constexpr size_t kProbeResponseMax = 16384;
 
 // Owned by the ControlPlane (one per upstream). Its handles are closed by close(); the memory is
 // released with the ControlPlane after the loop has stopped. Each probe opens a new TCP connection so
@@ -28,8 +33,10 @@ public:
 
     void start(uint64_t first_delay_ms);
     // A passive signal suggests the upstream is sick: probe now unless one is running or the last
-    // one started under 250 ms ago.
-    void check_soon();
+    // one started under kMinGapMs ago. `defer`: then as soon as kMinGapMs have passed instead
+    // (a fresh result is wanted, not just a hint given).
+    void check_soon(bool defer = false);
+    static constexpr uint64_t kMinGapMs = 250;
     void close();
 
     // For the SSL_CTX new-session callback.
@@ -43,7 +50,7 @@ private:
     void flush();
     void conclude();
     void fail_tls(const char* during);
-    void finish(CheckResult r, std::string error, bool explicit_down = false);
+    void finish(CheckResult r, std::string error, bool explicit_down = false, const FailingChecks& checks = {});
     void schedule_next();
     std::string request() const;
 
@@ -71,7 +78,7 @@ private:
     BIO* wbio_ = nullptr;  // OpenSSL -> network (owned by ssl_)
     SSL_SESSION* session_ = nullptr;
     uint64_t session_generation_ = 0;
-    HttpResponseParser parser_;
+    HttpResponseParser parser_{kProbeResponseMax, kReadyzBodyMax};
     uint64_t started_ms_ = 0;
     uint64_t connect_started_ns_ = 0;
     uint64_t probes_ = 0;

@@ -23,8 +23,13 @@ struct Snapshot {
     Stats stats;
     uint64_t connections_active = 0;
     bool fail_open = false;
+    bool etcd_quorum_lost = false;
     bool draining = false;
     int64_t client_cert_not_after = 0;  // unix time; 0: no certificate loaded
+    std::string client_cert;            // the configured path
+    std::string client_cert_subject;    // of the loaded certificate
+    const char* credentials = "unknown";  // credentials_state_name()
+    int64_t now_unix = 0;               // when the snapshot was taken
     double heartbeat_age_seconds = 0;
     std::vector<const Upstream*> upstreams;  // configured ones (not those removed by a reload)
 

@@ -18,6 +18,7 @@
 #include "kprism/listener.h"
 #include "kprism/log_limiter.h"
 #include "kprism/policy.h"
+#include "kprism/rebalancer.h"
 
 namespace kprism {
 
@@ -32,6 +33,8 @@ struct Stats {
     uint64_t connect_failures = 0;
     uint64_t replayed = 0;         // moved to another upstream before any answer
     uint64_t closed_for_down = 0;  // established connections closed because their upstream went down
+    uint64_t rebalance_scheduled = 0;  // connections chosen by rebalancing to move
+    uint64_t rebalanced = 0;           // of those, closed (the rest recovered or closed first)
     uint64_t fail_open_episodes = 0;
     uint64_t reloads_ok = 0, reloads_failed = 0;
     // The last finished reload attempt (SIGHUP), for /status and `kprism reload`: generation counts
@@ -94,6 +97,7 @@ public:
     void note_accept_error(int status);
     void note_client_failed(uint32_t attempts);
     void note_replayed() { ++stats_.replayed; }
+    void note_rebalanced() { ++stats_.rebalanced; }
 
     // SIGHUP: load the configuration whole, then apply it (see server_reload.cc). A configuration that
     // does not load, or listeners that cannot be bound, leave everything as it was.
@@ -150,6 +154,7 @@ private:
     ConnectionPools pools_;
     std::unique_ptr<Policy> policy_;
     ControlPlane control_;
+    Rebalancer rebalancer_;
     std::vector<std::unique_ptr<Listener>> listeners_;
     // Closed by a reload but possibly still inside a pending close callback: freed with the Server.
     std::vector<std::unique_ptr<Listener>> retired_listeners_;

@@ -22,6 +22,9 @@ int status_command(const CommandLine& cl);
 // The table `kprism status` prints: a summary line, then one row per upstream under
 // UPSTREAM ZONE STATE "LAST RESULT" RTT CONNS SINCE ERROR. `color`: ANSI colours for the state.
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color);
+// Its line about the client certificate: "client certificate CN=...: expires in 300d (...)", or
+// ": rejected by every apiserver, expired 2h ago (...)". Every string is flattened and bounded.
+std::string render_credentials_line(const StatusCredentials& c, bool color);
 
 // An upstream's error as the ERROR column shows it: one line, whitespace runs collapsed, the tags
 // of an HTML page (a TLS front end's "400 Bad Request" page) dropped, and cut to at most `max`

@@ -15,6 +15,7 @@
 
 #include "kprism/address.h"
 #include "kprism/histogram.h"
+#include "kprism/readyz_body.h"
 
 namespace kprism {
 
@@ -53,6 +54,16 @@ ConnectError connect_error_of(ConnectFailure f);
 // How a passive failure counts among the check results: silence is a timeout, the rest a
 // failed connect.
 CheckResult check_result_of(ConnectFailure f);
+// The kprism_upstream_down_reason label of a failed result (`checks`: its failing checks).
+DownReason down_reason_of(CheckResult r, const FailingChecks& checks);
+
+// The last readiness probe's result as the credentials condition reads it (credentials.h).
+struct ProbeMark {
+    bool has = false;
+    CheckResult result = CheckResult::ready;
+    uint64_t at_ms = 0;       // loop time (uv_now) of the result
+    uint64_t generation = 0;  // TlsClientContext::generation() the probe ran with
+};
 
 struct Upstream {
     size_t index = 0;
@@ -78,16 +89,35 @@ struct Upstream {
     bool has_result = false;
     CheckResult last_result = CheckResult::ready;
     std::string last_error;
+    uint64_t last_result_ms = 0;  // loop time of the last result (check or passive failure)
+    // The apiserver's failing checks in its last result (not_ready only; empty otherwise).
+    FailingChecks failing_checks;
+    // Why it is out: set by each failed result, kept through the ready ones of its rise.
+    DownReason down_reason = DownReason::other;
     uint64_t last_change_ms = 0;
     uint64_t last_ready_ms = 0;
+    ProbeMark probe;                // the last probe (passive failures leave it alone)
+    bool rejection_logged = false;  // "health check unauthorized" said since it last accepted us
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
     bool fast_tier = false;  // in the nearest latency tier (latency policy)
+    // Its share of this node's connections, from rebalancing's last plan (rebalancer.h; 0: no
+    // plan). While `active` is below it, new connections go here before the upstreams at it.
+    uint32_t share_target = 0;
+    bool below_share() const { return share_target > 0 && active < share_target; }
 
     // Passive detection: consecutive failed client connects back the upstream off until retry_at.
     // Orders the fallback when nothing is up (fail-open), e.g. during kubelet TLS bootstrap.
     uint32_t consecutive_failures = 0;
     uint64_t retry_at_ms = 0;  // loop time (uv_now); 0 = no backoff
     uint64_t backoff_ms = 0;
+
+    // Loop times of the last connections the upstream ended first (ControlPlane::upstream_ended),
+    // a ring; 0 = none.
+    uint64_t upstream_ends_ms[3] = {};
+    uint8_t upstream_ends_next = 0;
+    uint64_t close_bursts = 0;
+    // Went down for etcd: its connections' closes wait until this loop time plus the hold; 0 = none.
+    uint64_t close_held_since_ms = 0;
 
     // Counters.
     uint32_t active = 0;
@@ -138,8 +168,16 @@ public:
     void connect_succeeded(Upstream& u);
 
     // Applies one check result with rise/fall. `explicit_down` marks the apiserver's own verdict
-    // (HTTP 5xx), which takes an up upstream down at once. Returns true if health changed.
-    bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now);
+    // (HTTP 5xx), which takes an up upstream down at once; `checks` are the failing checks its
+    // /readyz named (not_ready), the reason logged instead of the body. Returns true if health changed.
+    bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                const FailingChecks& checks = {});
+    // The two halves of record(): note() counts the result and keeps it (and its failing checks)
+    // as the last one (health untouched; returns whether its class changed), apply() runs
+    // rise/fall on it.
+    bool note(Upstream& u, CheckResult r, const std::string& error, uint64_t now, const FailingChecks& checks = {});
+    bool apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+               bool class_changed);
     // Feeds a probe's connect time into the EWMA and recomputes latency tiers.
     void record_rtt(Upstream& u, double rtt_ms);
 
@@ -150,7 +188,8 @@ public:
     static constexpr uint64_t kBackoffMaxMs = 30000;
 
 private:
-    void set_health(Upstream& u, Health h, const std::string& reason, uint64_t now);
+    // `detail`, when given, is logged beside the reason (the response the failing checks came in).
+    void set_health(Upstream& u, Health h, const std::string& reason, uint64_t now, const std::string& detail = "");
     void update_tiers();
     std::vector<std::unique_ptr<Upstream>> ups_;
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzzes the readiness probe's HTTP response parser (src/http_response.cc), fed in pieces, against its invariants;
-// and the same parser in Body::whole mode with the /status parser behind it, as `kprism status` reads the admin endpoint.
+// and the same parser in Body::whole mode with the /status parser behind it, as `kprism status` reads the admin endpoint;
+// and the failing-check names of a not-ready body (src/readyz_body.cc), against their bounds.
 //
 // Input: the bytes an upstream sends, as they are. Each input is parsed several ways - in one piece,
 // in pseudo-random pieces (seeded by a hash of the input), one byte at a time (inputs up to 4 KiB),
@@ -10,6 +11,7 @@
 
 #include "fuzz_util.h"
 #include "kprism/http_response.h"
+#include "kprism/readyz_body.h"
 #include "kprism/status.h"
 
 using kprism::HttpResponseParser;
@@ -119,12 +121,34 @@ void whole_ways(const uint8_t* data, size_t size, uint64_t h, size_t max) {
     if (!kprism::parse_status_json(one.body, doc, error)) FUZZ_CHECK(!error.empty());
 }
 
+// The names a failing body yields: at most kMaxNames, each 1..kMaxNameLen bytes of
+// [A-Za-z0-9/_.-], no repeats, found in the body as "[-]NAME"; the same from any prefix cut at
+// kReadyzBodyMax (what the probe reads), and str() made of them.
+void failing_checks(const uint8_t* data, size_t size) {
+    std::string_view body(reinterpret_cast<const char*>(data), size);
+    kprism::FailingChecks f = kprism::parse_readyz_body(body);
+    FUZZ_CHECK(f.names.size() <= kprism::FailingChecks::kMaxNames);
+    for (size_t i = 0; i < f.names.size(); ++i) {
+        const std::string& n = f.names[i];
+        FUZZ_CHECK(!n.empty() && n.size() <= kprism::FailingChecks::kMaxNameLen);
+        for (char c : n)
+            FUZZ_CHECK((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '/' ||
+                       c == '_' || c == '.' || c == '-');
+        FUZZ_CHECK(body.find("[-]" + n) != std::string_view::npos);
+        for (size_t j = 0; j < i; ++j) FUZZ_CHECK(f.names[j] != n);
+    }
+    FUZZ_CHECK(f.empty() == f.str().empty());
+    FUZZ_CHECK(f.str().size() <= kprism::FailingChecks::kMaxNames * (kprism::FailingChecks::kMaxNameLen + 1) + 32);
+    FUZZ_CHECK(f.etcd() == (f.has("etcd") || f.has("etcd-readiness")));
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t h = fuzz::hash(data, size);
     all_ways(data, size, h, 16384, 1024);  // the probe's parser: HttpResponseParser()
     whole_ways(data, size, h, 65536);      // /status as the CLI reads it
+    failing_checks(data, size);            // the failing checks of a not-ready body
     uint64_t s = h;
     size_t max = fuzz::next(s) % 600, excerpt = fuzz::next(s) % 200;
     all_ways(data, size, h ^ 1, max, excerpt);

@@ -342,6 +342,16 @@ std::string recv_until_eof(int fd, int* err, std::chrono::milliseconds timeout) 
     }
 }
 
+std::string body_of(const std::string& reply) {
+    size_t at = reply.find("\r\n\r\n");
+    return at == std::string::npos ? "" : reply.substr(at + 4);
+}
+
+bool still_open(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 0;
+}
+
 bool echo_ok(int port) {
     int fd = connect_to(port);
     if (fd < 0) return false;

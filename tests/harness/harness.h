@@ -123,6 +123,10 @@ std::string recv_until_eof(int fd, int* err = nullptr, std::chrono::milliseconds
 bool echo_ok(int port);
 // A reply to one small HTTP request sent over a new connection.
 std::string http_get(int port, const std::string& path = "/");
+// The body of an HTTP reply (after the blank line), or "" if it has none.
+std::string body_of(const std::string& reply);
+// No EOF or error pending on a client socket: its peer (kprism) has not closed it.
+bool still_open(int fd);
 
 // Deterministic pseudo-random byte stream for end-to-end checks.
 void fill_pattern(uint64_t seed, uint64_t offset, unsigned char* p, size_t n);

@@ -145,7 +145,10 @@ TEST(Health, RiseFallAndFastRecheck) {
     ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr(), 8000ms));
     b.set("500");
     ASSERT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + b.addr(), 8000ms));
-    EXPECT_NE(k.output().find("reason=\"not_ready: HTTP 500"), std::string::npos);
+    // The stand-in's 500 names its failing check: that is the reason, its body the error beside it.
+    EXPECT_NE(k.output().find("reason=\"not_ready: etcd\" error=\"HTTP 500: [+]ping ok [-]etcd failed"),
+              std::string::npos)
+        << k.output();
 }
 
 // A down upstream gets no new connections, and its established connections are closed; those

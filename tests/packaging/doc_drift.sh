@@ -222,8 +222,20 @@ check "first flight kMaxFirstFlight (KiB)" "$ff" kprism.toml.5 'client has sent 
 resp=$(kib "$(code 'HttpResponseParser\(size_t max_bytes = (\d+)')")
 check "probe response bound HttpResponseParser max_bytes (KiB)" "$resp" kprism.8 'never more than # KiB in all'
 check "probe response bound HttpResponseParser max_bytes (KiB)" "$resp" kprism.8 'more than # KiB of headers'
-excerpt=$(kib "$(code 'HttpResponseParser\(size_t max_bytes = \d+, size_t body_excerpt = (\d+)')")
-check "probe body excerpt HttpResponseParser body_excerpt (KiB)" "$excerpt" kprism.8 'up to # KiB of its body'
+excerpt=$(kib "$(code 'kReadyzBodyMax\s*=\s*([^;]+);')")
+check "probe body kReadyzBodyMax (KiB)" "$excerpt" kprism.8 'up to # KiB of its body'
+pmax=$(kib "$(code 'kProbeResponseMax\s*=\s*([^;]+);')")
+check "probe response bound kProbeResponseMax (KiB)" "$pmax" kprism.8 'never more than # KiB in all'
+burst=$(code 'kCloseBurst\s*=\s*([^;]+);')
+burst_age=$(sec "$(code 'kCloseBurstMinAgeMs\s*=\s*([^;]+);')" 1000)
+burst_win=$(sec "$(code 'kCloseBurstWindowMs\s*=\s*([^;]+);')" 1000)
+check "close burst ControlPlane::kCloseBurst, kCloseBurstMinAgeMs (s)" "$burst $burst_age" kprism.8 '# connections older than # s whose'
+check "close burst window ControlPlane::kCloseBurstWindowMs (s)" "$burst_win" kprism.8 'before their client did, within # s'
+names=$(code 'kMaxNames\s*=\s*([^;]+);')
+namelen=$(code 'kMaxNameLen\s*=\s*([^;]+);')
+check "failing check names FailingChecks::kMaxNames" "$names" kprism.8 'reason an upstream is out: at most #,'
+check "failing check name FailingChecks::kMaxNameLen" "$namelen" kprism.8 'each at most # bytes of'
+
 amax=$(code 'kMaxConnections\s*=\s*([^;]+);')
 check "admin connections Admin::kMaxConnections" "$amax" kprism.8 'At most # admin connections'
 check "admin connections Admin::kMaxConnections" "$amax" kprism.8 'one per connection, # connections at once'

@@ -45,10 +45,9 @@ class Balancer:
 
 
 class Kprism(Balancer):
-    label = "kprism"
-
-    def __init__(self, d, tag, binary, cluster, cert_pem, extra=()):
+    def __init__(self, d, tag, binary, cluster, cert_pem, extra=(), label="kprism"):
         super().__init__(d, tag)
+        self.label = label
         self.admin = free_port()
         self.names = cluster.by_addr()
         self._spawn([binary, "--endpoints", ",".join(cluster.endpoints), "--bind-port", str(self.port),
@@ -130,10 +129,16 @@ backend be
                 and r.get("svname") not in ("FRONTEND", "BACKEND")}
 
 
-def start_all(d, kprism_bin, cluster, cert_pem, prefix="", tcp=True, kprism_args=()):
-    """kprism, HAProxy mTLS and (tcp) HAProxy TCP, all up on every stand-in."""
-    bs = [Kprism(d, f"{prefix}kprism", kprism_bin, cluster, cert_pem, kprism_args),
-          Haproxy(d, f"{prefix}haproxy-mtls", cluster, cert_pem, True)]
+BEFORE = "kprism before"  # the label of an earlier kprism binary run beside (run.py --kprism-before)
+
+
+def start_all(d, kprism_bin, cluster, cert_pem, prefix="", tcp=True, kprism_args=(), before_bin=None):
+    """kprism, (before_bin) an earlier kprism with its defaults, HAProxy mTLS and (tcp) HAProxy TCP,
+    all up on every stand-in."""
+    bs = [Kprism(d, f"{prefix}kprism", kprism_bin, cluster, cert_pem, kprism_args)]
+    if before_bin:
+        bs.append(Kprism(d, f"{prefix}kprism-before", before_bin, cluster, cert_pem, label=BEFORE))
+    bs.append(Haproxy(d, f"{prefix}haproxy-mtls", cluster, cert_pem, True))
     if tcp:
         bs.append(Haproxy(d, f"{prefix}haproxy-tcp", cluster, cert_pem, False))
     names = [s.name for s in cluster.servers]

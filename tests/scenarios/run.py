@@ -5,6 +5,7 @@ kube-apiserver stand-ins, for HAProxy with an mTLS GET /readyz check and HAProxy
 See tests/scenarios/README.md for what each scenario does and measures.
 
 Usage: run.py KPRISM_BIN APISERVER_BIN [--full] [--only 1a,2a,...] [--out FILE] [--kprism-args "FLAGS"]
+              [--kprism-before OLD_KPRISM_BIN]
   --quick (default): short windows, for CI (about 4 minutes); --full: full durations
   (rolling restarts with pauses of 5 s, 60 s windows, 10 minutes after a return, 3-minute
   certificates; about 25 minutes), for the table in tests/scenarios/RESULTS.md.
@@ -33,6 +34,7 @@ report = Report(prefix="scenarios")
 ok, fail, info, check = report.ok, report.fail, report.info, report.check
 
 
+QUICK_REBALANCE = ["--rebalance-window", "5s", "--rebalance-max-per-minute", "60", "--rebalance-min-age", "5s"]
 REQ_KINDS = ("keepalive", "newconn", "holder")
 
 
@@ -76,6 +78,8 @@ class Run:
         self.quick = not args.full
         self.table = []  # (scenario, measure, {label: text})
         self.d = tempfile.mkdtemp(prefix="kprism-scenarios-")
+        # Quick runs move connections back faster, so that scenario 4 settles in its 20 s.
+        self.kprism_args = (QUICK_REBALANCE if self.quick else []) + args.kprism_args.split()
 
     def row(self, scenario, measure, values):
         self.table.append((scenario, measure, values))
@@ -114,8 +118,8 @@ class Run:
         self.ctx = ld.tls_context(self.cl.pki)
         rv = ld.create_target(self.ctx, self.cl.servers[0])
         self.bs = balancers.start_all(self.d, self.args.kprism, self.cl, self.cl.pki.kubelet_pem,
-                                      kprism_args=self.args.kprism_args.split())
-        ok("kprism, HAProxy mTLS /readyz and HAProxy TCP each see the three stand-ins up")
+                                      kprism_args=self.kprism_args, before_bin=self.args.kprism_before)
+        ok(", ".join(b.label for b in self.bs) + " each see the three stand-ins up")
         self.labels = [b.label for b in self.bs]
         self.states = {lb: [] for lb in self.labels}
         self.sampling = threading.Event()
@@ -267,7 +271,7 @@ class Run:
     def down_and_back(self, key):
         s = self.cl.servers[0]
         down = 10 if self.quick else 60
-        points = [3, 10] if self.quick else [10, 60, 300, 600]
+        points = [3, 10, 20] if self.quick else [10, 60, 300, 600]
         s.terminate()
         s.wait_exit()
         time.sleep(down)
@@ -277,13 +281,22 @@ class Run:
             fail(f"{key}: not every balancer saw {s.name} up again within 30 s")
         title = f"{key}. {s.name} down for {down} s, then back"
         shares = {}
+        moved0 = self._rebalanced()
         for p in points:
             time.sleep(max(0, t_back + p - time.monotonic()))
             c = self.conns()
             shares[p] = c
             self.row(title, f"upstream connections on a0 / a1 / a2, {p} s after its return",
                      {lb: " / ".join(str(c[lb][n]) for n in ("a0", "a1", "a2")) for lb in self.labels})
-        return shares
+        m = self.measures(t_back, time.monotonic())
+        self.common_rows(title, m)
+        moved = {lb: n - moved0.get(lb, 0) for lb, n in self._rebalanced().items()}
+        self.row(title, "connections moved by rebalancing", {lb: str(moved[lb]) if lb in moved else "–"
+                                                            for lb in self.labels})
+        return shares, m, moved
+
+    def _rebalanced(self):
+        return self._counter("kprism_connections_rebalanced_total")
 
     def _counter(self, name):
         """The unlabelled counter `name` of each kprism that has it."""
@@ -309,7 +322,7 @@ class Run:
             link = os.path.join(self.d, f"kubelet-client-current-{tag}.pem")
             os.symlink(pki.short_kubelet(f"{tag}-0", lifetime), link)
             bs = balancers.start_all(self.d, self.args.kprism, self.cl, link, prefix=f"{tag}-", tcp=False,
-                                     kprism_args=self.args.kprism_args.split())
+                                     kprism_args=self.kprism_args, before_bin=self.args.kprism_before)
             loads = {b.label: ld.Load(self.ctx, b.port, holders=10) for b in bs}
             sets[tag] = (link, bs, loads)
         t0 = time.monotonic()
@@ -344,8 +357,9 @@ class Run:
                 vals_low[b.label] = str(min(n for t, n in seq if t >= t_renew))
                 vals_up[b.label] = str(seq[-1][1])
                 result[(tag, b.label)] = (m, after, seq)
-            for lb in self.labels[2:]:
-                vals_f[lb] = vals_low[lb] = vals_up[lb] = "– (no certificate)"
+            for lb in self.labels:
+                if lb not in vals_f:
+                    vals_f[lb] = vals_low[lb] = vals_up[lb] = "– (no certificate)"
             self.row(title, "failed client requests", vals_f)
             self.row(title, "fewest upstreams up after the renewal time", vals_low)
             self.row(title, f"upstreams up {tail} s after the expiry", vals_up)
@@ -355,9 +369,14 @@ class Run:
             info(f"{key} {tag}: kprism log lines about the certificate or failures ({len(lines)}):")
             for ln in lines[:12]:
                 info(f"  {ln[:300]}")
-            exp = [ln for ln in kp.metrics().splitlines()
-                   if ln.startswith(("kprism_client_certificate_expiry", "kprism_fail_open_active", "kprism_upstream_state"))]
+            metrics = kp.metrics()
+            exp = [ln for ln in metrics.splitlines()
+                   if ln.startswith(("kprism_client_certificate_", "kprism_fail_open_active", "kprism_upstream_state",
+                                     "kprism_connections_closed_upstream_down_total"))]
             info(f"{key} {tag}: kprism metrics at the end: " + "; ".join(exp))
+            log = open(kp.log_path).read()
+            result[(tag, "kprism-log")] = log
+            result[(tag, "kprism-metrics")] = metrics
             for lo in loads.values():
                 lo.finish()
         return result
@@ -382,6 +401,7 @@ def main():
     ap.add_argument("--only", default="1a,1b,2a,2b,3,4,5")
     ap.add_argument("--out")
     ap.add_argument("--kprism-args", default="", help="extra kprism flags, space-separated")
+    ap.add_argument("--kprism-before", help="an earlier kprism binary, run beside with its defaults (one more column)")
     args = ap.parse_args()
     for tool in ("haproxy", "openssl", "ss"):
         if not shutil.which(tool):
@@ -393,7 +413,7 @@ def main():
     started = time.monotonic()
     try:
         r.setup()
-        kp, hm, ht = r.labels
+        kp = r.labels[0]
         retry = ["--shutdown-delay-duration", "5s", "--shutdown-send-retry-after"]
         # What kprism is built to do, checked on every run; the other balancers are measured only.
         if "1a" in only or "1b" in only:
@@ -414,18 +434,35 @@ def main():
                 check(late == 0, f"{key}: no client request sent through kprism 10 s after etcd was lost failed ({late})")
         if "3" in only:
             during, post, rec, closed = r.quorum("3")
+            check(closed.get(kp) == 0, f"3: kprism closed no connection for a down upstream without quorum ({closed.get(kp)})")
             check(rec[kp] is not None and rec[kp] < 2.0,
                   f"3: kprism (failing open) served a new connection within 2 s of quorum's return "
                   f"({'none' if rec[kp] is None else f'{rec[kp]:.2f} s'})")
             check(post[kp].failed == 0, f"3: no request sent through kprism after quorum returned failed ({post[kp].fails_text()})")
         if "4" in only:
-            r.down_and_back("4")
+            shares, m, moved = r.down_and_back("4")
+            last = shares[max(shares)][kp]
+            total = sum(last.values())
+            check(all(abs(n * 3 - total) <= 3 for n in last.values()),
+                  f"4: rebalancing gave every apiserver its share of kprism's {total} connections within one: {last}")
+            check(m[kp].failed == 0, f"4: no client request through kprism failed meanwhile ({m[kp].fails_text()})")
+            need = -(-total // 3)  # at most the returning one's share needs to move
+            check(moved.get(kp, 0) <= need + 3, f"4: rebalancing moved {moved.get(kp, 0)} connections for a share of {need}")
         if "5" in only:
             res = r.certificates("5")
             for tag in ("renewed", "expiring"):
                 m, after, seq = res[(tag, kp)]
                 check(after == 0, f"5 {tag}: no client request through kprism failed after the certificate's expiry ({after})")
             check(res[("renewed", kp)][2][-1][1] == 3, "5 renewed: kprism probes with the renewed certificate: 3 up")
+            # Issue 14: not renewed is one node-level condition, failing open, nothing closed.
+            log, metrics = res[("expiring", "kprism-log")], res[("expiring", "kprism-metrics")]
+            entered = log.count('msg="client certificate rejected by every apiserver')
+            check(entered == 1, f"5 expiring: kprism logs the rejected certificate once ({entered})")
+            check("\nkprism_client_certificate_rejected 1\n" in metrics, "5 expiring: kprism_client_certificate_rejected is 1")
+            check("\nkprism_connections_closed_upstream_down_total 0\n" in metrics,
+                  "5 expiring: no connection closed for a down upstream")
+            downs = log.count('msg="upstream down"')
+            check(downs == 0, f"5 expiring: no upstream marked down for the certificate ({downs})")
     finally:
         for lo in getattr(r, "loads", {}).values():
             lo.stop.set()

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstring>
@@ -58,6 +59,8 @@ std::string quote_safe(std::string s) {
         if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20) c = '\'';
     return s;
 }
+
+void untrack(int fd);
 
 // One accepted connection, plain or TLS.
 struct Conn {
@@ -119,6 +122,7 @@ struct Conn {
             SSL_free(ssl);
             ssl = nullptr;
         }
+        untrack(fd);  // before the fd number can be reused
         ::close(fd);
     }
 
@@ -133,15 +137,46 @@ std::string trim(std::string s) {
     return s.substr(b, e - b);
 }
 
-// Current content of --readyz-file, trimmed; "200" when unset or missing.
-std::string readyz_mode() {
+// Current content of --readyz-file, trimmed; "200" when unset or missing. With `body`, a first
+// line "body CODE" is answered with the rest of the file, as it is, as the body.
+std::string readyz_mode(std::string* body = nullptr) {
     if (g_readyz_file.empty()) return "200";
-    std::ifstream f(g_readyz_file);
+    std::ifstream f(g_readyz_file, std::ios::binary);
     if (!f) return "200";
     std::stringstream ss;
     ss << f.rdbuf();
-    std::string m = trim(ss.str());
+    std::string all = ss.str();
+    if (all.rfind("body ", 0) == 0) {
+        size_t nl = all.find('\n');
+        if (body) *body = nl == std::string::npos ? "" : all.substr(nl + 1);
+        return trim(all.substr(0, nl));
+    }
+    std::string m = trim(all);
     return m.empty() ? "200" : m;
+}
+
+// Connections being served, so that SIGUSR1 can end them all at once (as an apiserver's graceful
+// shutdown or a GOAWAY wave does): the handler shuts each socket down, which is async-signal-safe.
+constexpr size_t kMaxTracked = 4096;
+std::atomic<int> g_conn_fds[kMaxTracked];
+
+void track(int fd) {
+    for (auto& slot : g_conn_fds) {
+        int empty = -1;
+        if (slot.compare_exchange_strong(empty, fd)) return;
+    }
+}
+
+void untrack(int fd) {
+    for (auto& slot : g_conn_fds) {
+        int mine = fd;
+        if (slot.compare_exchange_strong(mine, -1)) return;
+    }
+}
+
+void on_sigusr1(int) {
+    for (auto& slot : g_conn_fds)
+        if (int fd = slot.load(); fd >= 0) ::shutdown(fd, SHUT_RDWR);
 }
 
 // Blocks until the peer closes (or resets) the connection, reading nothing.
@@ -187,7 +222,8 @@ enum class After { keep, close, hang };
 
 // Answers GET /readyz as the readyz file says. Returns what the connection does next.
 After serve_readyz(Conn& c, const std::string& path, const std::string& user, bool close_after) {
-    std::string mode = readyz_mode();
+    std::string custom;
+    std::string mode = readyz_mode(&custom);
     auto log = [&](const std::string& status) { out_line(fmt::format("request path={} status={}", path, status)); };
     // Logged before the answer is written: a client holding the answer finds the line.
     auto send = [&](int code, const std::string& type, const std::string& body) {
@@ -217,14 +253,23 @@ After serve_readyz(Conn& c, const std::string& path, const std::string& user, bo
         log("close");
         return After::close;
     }
-    if (mode == "huge") {
+    if (mode.rfind("body ", 0) == 0) {
+        int code = std::atoi(mode.c_str() + 5);
+        if (code < 200 || code > 599) code = 500;
+        return send(code, text, custom);
+    }
+    if (mode == "huge" || mode == "huge500") {
         constexpr size_t kHuge = 10u << 20;
+        int code = mode == "huge" ? 200 : 500;
         std::string head = fmt::format(
-            "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Served-By: {}\r\n{}\r\n", text, kHuge,
-            g_name, close_after ? "Connection: close\r\n" : "");
-        log("200");
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nX-Served-By: {}\r\n{}\r\n", code,
+            reason_phrase(code), text, kHuge, g_name, close_after ? "Connection: close\r\n" : "");
+        log(std::to_string(code));
         bool ok = c.write(head);
-        std::string chunk(64 * 1024, 'k');
+        // huge500: a kube-apiserver-like failing check line over and over.
+        std::string chunk;
+        while (code == 500 && chunk.size() < 64 * 1024) chunk += "[-]etcd failed: reason withheld\n";
+        if (code == 200) chunk.assign(64 * 1024, 'k');
         for (size_t sent = 0; ok && sent < kHuge; sent += chunk.size()) ok = c.write(chunk);
         return ok && !close_after ? After::keep : After::close;
     }
@@ -330,6 +375,7 @@ std::string handshake_error(SSL* ssl, int ret) {
 }
 
 void serve(int fd) {
+    track(fd);
     Conn c{fd};
     std::string user;
     if (g_ctx) {
@@ -423,7 +469,9 @@ void usage() {
                "  --tls-cert/--tls-key  serve TLS >= 1.2 (key defaults to the cert file)\n"
                "  --client-ca           require a client certificate signed by this CA\n"
                "  --readyz-file         re-read on every GET /readyz: 200 (default, also when missing),\n"
-               "                        500, 401, 403, any 3-digit code, hang, slow MS, garbage, huge, close\n");
+               "                        500, 401, 403, any 3-digit code, hang, slow MS, garbage, huge, huge500,\n"
+               "                        close, or a line \"body CODE\" and the body to answer after it\n"
+               "  SIGUSR1               shuts down every connection being served at once\n");
 }
 
 }  // namespace
@@ -470,6 +518,8 @@ int main(int argc, char** argv) {
         return 2;
     }
     signal(SIGPIPE, SIG_IGN);
+    for (auto& slot : g_conn_fds) slot.store(-1);
+    signal(SIGUSR1, on_sigusr1);
     if (!tls_cert.empty()) g_ctx = make_ctx(tls_cert, tls_key.empty() ? tls_cert : tls_key, client_ca);
     kprism::HostPort hp;
     std::string err;

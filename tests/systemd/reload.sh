@@ -201,7 +201,7 @@ write_config() {
     local eps=$1 e args
     shift
     args=(-e "s|^endpoints = .*|endpoints = [$eps]|" -e "s|^bind_port = .*|bind_port = $DPORT|"
-          -e "s|^port = .*|port = $APORT|" -e 's|^interval = .*|interval = "1s"|'
+          -e "s|^port = .*|port = $APORT|" -e '/^\[health\]$/,/^\[/s|^interval = .*|interval = "1s"|'
           -e 's|^fast_interval = .*|fast_interval = "200ms"|' -e 's|^timeout = .*|timeout = "800ms"|')
     for e; do args+=(-e "$e"); done
     sed "${args[@]}" "$T/kprism.toml.dist" > "$ROOT/etc/kprism/kprism.toml.new" || die "sed on the configuration failed"
@@ -290,9 +290,12 @@ else
     sed 's#^\(client_\(cert\|key\) = \)".*"#\1"/run/kprism/kubelet-client.pem"#' \
         "$ROOT/usr/share/doc/kprism/kprism.toml.example" > "$T/kprism.toml.dist" || die "make install put no example"
 fi
-for k in endpoints bind_port port interval fast_interval timeout policy max_connections; do
+for k in endpoints bind_port port fast_interval timeout policy max_connections; do
     [ "$(grep -c "^$k = " "$T/kprism.toml.dist")" = 1 ] || die "the shipped file has no single '$k = ' line to edit"
 done
+# interval is also a [rebalance] key: the one edited is [health]'s.
+[ "$(awk '/^\[/ { sec = $0 } sec == "[health]" && /^interval = /' "$T/kprism.toml.dist" | wc -l)" = 1 ] \
+    || die "the shipped file has no single 'interval = ' line under [health] to edit"
 if lddout=$(C ldd /usr/bin/kprism 2>&1) && grep -q 'not found' <<<"$lddout"; then
     echo "$lddout" | grep 'not found' | indent; bad "libraries missing for /usr/bin/kprism in the tree"
 fi

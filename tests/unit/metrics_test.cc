@@ -53,16 +53,22 @@ const char* const kFamilies[][2] = {
     {"kprism_upstream_connect_errors_total", "counter"},
     {"kprism_upstream_bytes_total", "counter"},
     {"kprism_upstream_state", "gauge"},
+    {"kprism_upstream_down_reason", "gauge"},
+    {"kprism_upstream_close_bursts_total", "counter"},
     {"kprism_upstream_transitions_total", "counter"},
     {"kprism_health_checks_total", "counter"},
     {"kprism_health_check_duration_seconds", "histogram"},
     {"kprism_upstream_probe_rtt_seconds", "gauge"},
     {"kprism_tls_handshakes_total", "counter"},
     {"kprism_connections_closed_upstream_down_total", "counter"},
+    {"kprism_connections_rebalanced_total", "counter"},
     {"kprism_fail_open_active", "gauge"},
+    {"kprism_etcd_quorum_lost", "gauge"},
     {"kprism_fail_open_episodes_total", "counter"},
     {"kprism_config_reloads_total", "counter"},
     {"kprism_client_certificate_expiry_timestamp_seconds", "gauge"},
+    {"kprism_client_certificate_remaining_seconds", "gauge"},
+    {"kprism_client_certificate_rejected", "gauge"},
     {"kprism_heartbeat_age_seconds", "gauge"},
 };
 
@@ -162,6 +168,8 @@ TEST(Metrics, CountersAndGauges) {
     s.connections_active = 9;
     s.fail_open = true;
     s.client_cert_not_after = 1900000000;
+    s.now_unix = 1900000000 - 86400 * 3;
+    s.credentials = "rejected";
     s.heartbeat_age_seconds = 0.25;
     std::string out = render_metrics(s);
     const std::string up = R"(upstream="10.0.0.1:6443")";
@@ -198,6 +206,8 @@ TEST(Metrics, CountersAndGauges) {
              std::string("kprism_config_reloads_total{result=\"success\"} 7"),
              std::string("kprism_config_reloads_total{result=\"failure\"} 8"),
              std::string("kprism_client_certificate_expiry_timestamp_seconds 1900000000"),
+             std::string("kprism_client_certificate_remaining_seconds 259200"),
+             std::string("kprism_client_certificate_rejected 1"),
              std::string("kprism_heartbeat_age_seconds 0.25"),
          })
         EXPECT_TRUE(has_line(out, l)) << "missing: " << l << "\n" << out;
@@ -211,7 +221,20 @@ TEST(Metrics, UnknownValuesAreOmittedNotFaked) {
     EXPECT_EQ(out.find("kprism_upstream_probe_rtt_seconds{"), std::string::npos);
     EXPECT_NE(out.find("# TYPE kprism_client_certificate_expiry_timestamp_seconds gauge"), std::string::npos);
     EXPECT_FALSE(has_line(out, "kprism_client_certificate_expiry_timestamp_seconds 0"));
+    EXPECT_NE(out.find("# TYPE kprism_client_certificate_remaining_seconds gauge"), std::string::npos);
+    EXPECT_EQ(out.find("\nkprism_client_certificate_remaining_seconds "), std::string::npos) << "absent without a certificate";
+    EXPECT_TRUE(has_line(out, "kprism_client_certificate_rejected 0"));
     EXPECT_TRUE(has_line(out, "kprism_upstream_state{upstream=\"a:1\",state=\"unknown\"} 1"));
+}
+
+TEST(Metrics, RemainingValidityIsNegativeOnceExpired) {
+    Upstream u = make_upstream("a:1");
+    Snapshot s = snapshot_of({&u});
+    s.client_cert_not_after = 1700000000;
+    s.now_unix = 1700000600;
+    std::string out = render_metrics(s);
+    EXPECT_TRUE(has_line(out, "kprism_client_certificate_remaining_seconds -600")) << out;
+    EXPECT_TRUE(has_line(out, "kprism_client_certificate_rejected 0"));
 }
 
 TEST(Metrics, HistogramBucketsAreCumulative) {
@@ -323,4 +346,25 @@ TEST(Heartbeat, FreshStaleAndRecentStall) {
     HeartbeatClock d;
     for (uint64_t t = 0; t <= 40; t += 4) d.tick((t + 1) * s);
     EXPECT_TRUE(d.healthy(41 * s + s / 2));
+}
+
+// One series per upstream and reason, a fixed set; 1 only on the reason of a down upstream.
+TEST(Metrics, DownReasonIsABoundedStateSet) {
+    Upstream a = make_upstream("10.0.0.1:6443");
+    Upstream b = make_upstream("10.0.0.2:6443");
+    a.health = Health::up;
+    a.down_reason = DownReason::timeout;  // left from an earlier outage: not shown while up
+    b.health = Health::down;
+    b.down_reason = DownReason::etcd;
+    std::string out = render_metrics(snapshot_of({&a, &b}));
+    size_t series = 0, ones = 0;
+    for (const auto& l : lines(out)) {
+        if (l.rfind("kprism_upstream_down_reason{", 0) != 0) continue;
+        ++series;
+        if (l.back() == '1') ++ones;
+    }
+    EXPECT_EQ(series, 2 * kDownReasons);
+    EXPECT_EQ(ones, 1u);
+    EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.2:6443\",reason=\"etcd\"} 1\n"), std::string::npos);
+    EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.1:6443\",reason=\"timeout\"} 0\n"), std::string::npos);
 }

@@ -129,11 +129,18 @@ struct Fixture {
         b.has_result = true;
         b.last_result = CheckResult::not_ready;
         b.last_error = "HTTP 500: [-]etcd \"failed\"\n";
+        b.failing_checks.names = {"etcd"};
+        b.down_reason = DownReason::etcd;
         b.last_change_unix = 1500;
         c.name = "[fd00::3]:6443";
         s.version = "0.9.0";
         s.pid = 4242;
         s.connections_active = 17;
+        s.client_cert = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+        s.client_cert_subject = "/O=system:nodes/CN=system:node:n1";
+        s.client_cert_not_after = 1192 + 30 * 86400;
+        s.now_unix = 1192;
+        s.credentials = "ok";
         s.upstreams = {&a, &b, &c};
     }
 };
@@ -162,6 +169,11 @@ TEST(Status, JsonRoundTrip) {
     EXPECT_EQ(d.upstreams[0].active_connections, 17u);
     EXPECT_EQ(d.upstreams[0].last_change_unix, 1000);
     EXPECT_EQ(d.upstreams[1].last_error, "HTTP 500: [-]etcd \"failed\"\n");
+    EXPECT_EQ(d.upstreams[1].failing_checks.names, (std::vector<std::string>{"etcd"}));
+    EXPECT_EQ(d.upstreams[1].down_reason, "etcd");
+    EXPECT_EQ(d.upstreams[0].down_reason, "") << "null: not down";
+    EXPECT_NE(json.find(R"("failing_checks":["etcd"],"failing_checks_more":0,"down_reason":"etcd")"), std::string::npos)
+        << json;
     EXPECT_EQ(d.upstreams[2].state, "unknown");
     EXPECT_EQ(d.upstreams[2].last_result, "") << "null";
     EXPECT_LT(d.upstreams[2].rtt_ms, 0) << "null";
@@ -248,6 +260,77 @@ TEST(Status, NotReadyWhenNoneUpOrDraining) {
     EXPECT_EQ(render_readyz(f.s, false), "not ready: shutting down\n");
 }
 
+TEST(Status, CredentialsRoundTrip) {
+    Fixture f;
+    f.s.credentials = "rejected";
+    f.s.client_cert_not_after = 1000;  // expired 192 s before now_unix
+    StatusDoc d;
+    std::string err;
+    std::string json = render_status_json(f.s);
+    ASSERT_TRUE(parse_status_json(json, d, err)) << err;
+    ASSERT_TRUE(d.has_credentials);
+    EXPECT_EQ(d.credentials.state, "rejected");
+    EXPECT_EQ(d.credentials.client_cert, "/var/lib/kubelet/pki/kubelet-client-current.pem");
+    EXPECT_EQ(d.credentials.subject, "/O=system:nodes/CN=system:node:n1");
+    EXPECT_EQ(d.credentials.not_after_unix, 1000);
+    ASSERT_TRUE(d.credentials.has_remaining);
+    EXPECT_EQ(d.credentials.remaining_seconds, -192);
+    EXPECT_EQ(render_credentials_line(d.credentials, false),
+              "client certificate /O=system:nodes/CN=system:node:n1: rejected by every apiserver, expired 3m ago "
+              "(1970-01-01T00:16:40Z)\n");
+    EXPECT_NE(render_credentials_line(d.credentials, true).find("\x1b[31mrejected by every apiserver\x1b[0m"),
+              std::string::npos);
+    // No certificate loaded (kubelet TLS bootstrap): nulls.
+    f.s.client_cert_not_after = 0;
+    f.s.client_cert_subject.clear();
+    f.s.credentials = "unknown";
+    json = render_status_json(f.s);
+    EXPECT_NE(json.find(R"("credentials":{"state":"unknown","client_cert":"/var/lib/kubelet/pki/kubelet-client-current.pem","subject":null,"not_after_unix":null,"remaining_seconds":null})"),
+              std::string::npos)
+        << json;
+    ASSERT_TRUE(parse_status_json(json, d, err)) << err;
+    EXPECT_FALSE(d.credentials.has_remaining);
+    EXPECT_EQ(render_credentials_line(d.credentials, false),
+              "client certificate: none loaded (/var/lib/kubelet/pki/kubelet-client-current.pem)\n");
+}
+
+// Another kprism's (or a hostile) document: wrong types are refused, strings bounded, numbers
+// clamped, control characters never reach the terminal.
+TEST(Status, CredentialsBadForms) {
+    const std::string head = R"({"version":"x","ready":true,"fail_open":false,"connections_active":0,"upstreams":[],"credentials":)";
+    StatusDoc d;
+    std::string err;
+    for (const char* bad : {R"("rejected")", R"([])", R"({"state":1,"client_cert":"","subject":null,"not_after_unix":null,"remaining_seconds":null})",
+                            R"({"state":"ok","subject":null,"not_after_unix":null,"remaining_seconds":null})",
+                            R"({"state":"ok","client_cert":"","subject":7,"not_after_unix":null,"remaining_seconds":null})",
+                            R"({"state":"ok","client_cert":"","subject":null,"not_after_unix":"soon","remaining_seconds":null})",
+                            R"({"state":"ok","client_cert":"","subject":null,"not_after_unix":null})"}) {
+        err.clear();
+        EXPECT_FALSE(parse_status_json(head + bad + "}", d, err)) << bad;
+        EXPECT_FALSE(err.empty()) << bad;
+    }
+    // Absent (a kprism from before): fine, and no line for it.
+    ASSERT_TRUE(parse_status_json(R"({"version":"x","ready":true,"fail_open":false,"connections_active":0,"upstreams":[]})", d, err)) << err;
+    EXPECT_FALSE(d.has_credentials);
+    EXPECT_EQ(render_status_table(d, 0, false).find("client certificate"), std::string::npos);
+    // Oversized strings are cut (never inside a UTF-8 sequence), huge numbers clamped.
+    std::string huge = "\xc3\xa9" + std::string(kMaxStatusCredentialsString, 'x');
+    std::string subject = "a\\u001b[31m\\nb" + std::string(2000, 's');
+    ASSERT_TRUE(parse_status_json(head + R"({"state":")" + huge + R"(","client_cert":"c","subject":")" + subject +
+                                      R"(","not_after_unix":1e300,"remaining_seconds":-1e300}})",
+                                  d, err))
+        << err;
+    EXPECT_LE(d.credentials.state.size(), kMaxStatusCredentialsString);
+    EXPECT_EQ(d.credentials.state.rfind("\xc3\xa9x", 0), 0u);
+    EXPECT_LE(d.credentials.subject.size(), kMaxStatusCredentialsString);
+    EXPECT_EQ(d.credentials.not_after_unix, INT64_MAX);
+    EXPECT_EQ(d.credentials.remaining_seconds, INT64_MIN);
+    std::string line = render_credentials_line(d.credentials, false);
+    EXPECT_EQ(line.find('\x1b'), std::string::npos) << line;
+    EXPECT_EQ(line.find('\n'), line.size() - 1) << "one line: " << line;
+    EXPECT_LT(line.size(), 300u) << line;
+}
+
 TEST(Status, ParseRejectsWrongShapes) {
     StatusDoc d;
     std::string err;
@@ -285,10 +368,11 @@ TEST(Status, Table) {
     std::string t = render_status_table(d, 1192, false);
     EXPECT_EQ(t,
               "kprism 0.9.0: 1 of 3 upstreams up, 17 connections\n"
-              "UPSTREAM        ZONE    STATE    LAST RESULT  RTT    CONNS  SINCE  ERROR\n"
-              "10.0.0.1:6443   zone-a  up       ready        1.4ms  17     3m12s\n"
-              "10.0.0.2:6443   -       down     not_ready    -      0      0s     HTTP 500: [-]etcd \"failed\"\n"
-              "[fd00::3]:6443  -       unknown  -            -      0      -\n");
+              "client certificate /O=system:nodes/CN=system:node:n1: expires in 30d (1970-01-31T00:19:52Z)\n"
+              "UPSTREAM        ZONE    STATE    LAST RESULT  CHECKS  RTT    CONNS  SINCE  ERROR\n"
+              "10.0.0.1:6443   zone-a  up       ready        -       1.4ms  17     3m12s\n"
+              "10.0.0.2:6443   -       down     not_ready    etcd    -      0      0s     HTTP 500: [-]etcd \"failed\"\n"
+              "[fd00::3]:6443  -       unknown  -            -       -      0      -\n");
     std::string colored = render_status_table(d, 1192, true);
     EXPECT_NE(colored.find("\x1b[32mup\x1b[0m       ready"), std::string::npos) << colored;
     EXPECT_NE(colored.find("\x1b[31mdown\x1b[0m"), std::string::npos);

@@ -92,7 +92,12 @@ class Kprism:
         pki = self.env.pki
         a = [self.binary, "--endpoints", ",".join(self.endpoints), "--bind-port", str(self.port),
              "--health-port", str(self.admin_port), "--client-cert", pki.client_pem, "--client-key", pki.client_pem,
-             "--ca-file", pki.ca_cert, *self.extra]
+             "--ca-file", pki.ca_cert,
+             # Rebalancing off: its placement steers new connections off an upstream at its share,
+             # and the detection bounds here count on new client connections reaching the faulty
+             # one (two failed connects take it down before the probes do). Rebalancing has its
+             # own tests (tests/integration/rebalance_test.cc, make scenarios).
+             "--rebalance=false", *self.extra]
         if self.listen_fd is not None:
             # As systemd: the socket as fd 3, LISTEN_PID the pid of kprism itself (exec keeps it).
             move = f"exec 3<&{self.listen_fd} {self.listen_fd}<&-; " if self.listen_fd != 3 else ""

@@ -82,6 +82,10 @@ def run_fault(env, rep, f, rng=random):
         m = f.metrics
         t0, wall0 = time.monotonic(), time.time()
         f.inject(a)
+        # The fault is in place once inject() returns (an iptables command, a signal): a client
+        # connection started in between may have been answered by a before it, and then lose
+        # that answer; it is in flight at the injection, counted apart.
+        t_in = time.monotonic()
         if f.after_inject:
             f.after_inject(ctx, on_a, rep)
         t_down_seen = w.wait(a.addr, "down", t0, DOWN_BOUND + 3) if f.expect_down else None
@@ -111,7 +115,8 @@ def run_fault(env, rep, f, rng=random):
         # Figures.
         after = [r for r in results if r.start >= t0]
         during = [r for r in after if r.start < during_end]
-        failed = [r for r in after if not r.ok]
+        failed = [r for r in after if not r.ok and r.start >= t_in]
+        in_flight = [r for r in after if not r.ok and r.start < t_in]
         affected = [r for r in during if r.served_by == "a" or (r.ok and r.latency > base + SLOW_MARGIN)]
         # No connection affected at all (a refused connect is retried elsewhere at once): 0.
         moved = max((r.start - t0 for r in affected), default=0.0) if f.expect_down else None
@@ -128,6 +133,9 @@ def run_fault(env, rep, f, rng=random):
         # Checks.
         rep.check(not failed, f"{name}: zero failed client connections ({len(failed)} of {len(after)} after the fault)",
                   "; ".join(sorted({r.error for r in failed}))[:300])
+        if in_flight:
+            rep.info(f"{name}: {len(in_flight)} client connection(s) started during the {(t_in - t0) * 1000:.0f} ms "
+                     f"the injection took failed: {'; '.join(sorted({r.error for r in in_flight}))[:200]}")
         if f.expect_down:
             rep.check(down is not None and down <= DOWN_BOUND,
                       f"{name}: a marked down {fmt(down)} s after the fault (bound {DOWN_BOUND:.1f} s)")
@@ -159,6 +167,8 @@ def run_fault(env, rep, f, rng=random):
         if f.extra_checks:
             f.extra_checks(m, rep)
         notes = [f.notes] if f.notes else []
+        if in_flight:
+            notes.append(f"{len(in_flight)} in flight at the injection failed")
         if held_up:
             notes.append(f"{len(held_up)} conns delayed ≤{max(r.latency for r in held_up):.1f}s")
         if replayed:
