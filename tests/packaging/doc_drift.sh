@@ -229,7 +229,7 @@ check "probe response bound kProbeResponseMax (KiB)" "$pmax" kprism.8 'never mor
 burst=$(code 'kCloseBurst\s*=\s*([^;]+);')
 burst_age=$(sec "$(code 'kCloseBurstMinAgeMs\s*=\s*([^;]+);')" 1000)
 burst_win=$(sec "$(code 'kCloseBurstWindowMs\s*=\s*([^;]+);')" 1000)
-check "close burst ControlPlane::kCloseBurst, kCloseBurstMinAgeMs (s)" "$burst $burst_age" kprism.8 '# connections older than # s whose'
+check "close burst ControlPlane::kCloseBurst, kCloseBurstMinAgeMs (s)" "$burst $burst_age" kprism.8 '# connections held on that apiserver for more than # s whose'
 check "close burst window ControlPlane::kCloseBurstWindowMs (s)" "$burst_win" kprism.8 'before their client did, within # s'
 names=$(code 'kMaxNames\s*=\s*([^;]+);')
 namelen=$(code 'kMaxNameLen\s*=\s*([^;]+);')
