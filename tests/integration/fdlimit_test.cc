@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "harness/harness.h"
@@ -26,7 +27,7 @@ TEST(FdLimit, ShedsVisiblyAndStaysObservable) {
     int shed = 0;
     for (int i = 0; i < 60; ++i) {
         int fd = connect_to(port);
-        ASSERT_GE(fd, 0);
+        ASSERT_GE(fd, 0) << "client " << i << ": " << std::strerror(errno) << "; " << k.output();
         char b[4];
         if (send_all(fd, "ping", 4) && recv_exact(fd, b, 4, 3000ms) == 4 && memcmp(b, "ping", 4) == 0) {
             held.push_back(fd);
