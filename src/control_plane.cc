@@ -260,7 +260,7 @@ void ControlPlane::hold_closes(Upstream& u) {
     KPRISM_DEBUG("down for etcd: closes wait for the other upstreams' checks", {{"upstream", u.name}});
     for (size_t i = 0; i < ups_.size(); ++i)
         if (&ups_[i] != &u && !ups_[i].removed && i < checkers_.size() && checkers_[i])
-            checkers_[i]->check_soon(true);
+            checkers_[i]->check_soon(true, false);
     arm_hold_timer();
 }
 

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// Readiness probes: scheduling with jitter, the connect -> TLS -> request -> response phases, and
-// turning each outcome into one of the result classes.
+// Readiness probes: scheduling with jitter, the connect -> TLS -> request -> response phases (or
+// the request alone on the kept connection), and turning each outcome into one of the result classes.
 #include "kprism/health_check.h"
 
 #include <fmt/format.h>
 #include <openssl/err.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
 
 #include <cstring>
 
@@ -76,7 +79,8 @@ void HealthChecker::close() {
     begin_when_closed_ = false;
 }
 
-void HealthChecker::check_soon(bool defer) {
+void HealthChecker::check_soon(bool defer, bool new_connection) {
+    if (new_connection) want_new_ = true;
     if (!handles_open_ || phase_ != Phase::idle) return;
     uint64_t now = uv_now(cp_.loop());
     uint64_t wait = 0;
@@ -97,10 +101,28 @@ void HealthChecker::begin() {
         return;
     }
     uint64_t now = uv_now(cp_.loop());
-    started_ms_ = now;
-    ++probes_;
     SSL_CTX* ctx = cp_.refresh_tls(now);
     TlsClientContext& tls = cp_.tls();
+    if (kept_ && (!ctx || !up_.resolved || !reuse_allowed(now, tls.generation()))) {
+        close_connection(true);
+        begin_when_closed_ = true;  // a new connection once this one's handle is closed
+        return;
+    }
+    started_ms_ = now;
+    ++probes_;
+    if (kept_) {
+        reused_ = true;
+        ++up_.probes_reused;
+        parser_ = HttpResponseParser(kProbeResponseMax, kReadyzBodyMax, HttpResponseParser::Body::excerpt, true);
+        phase_ = Phase::awaiting_response;
+        connect_started_ns_ = uv_hrtime();
+        uv_timer_start(&deadline_, on_deadline, static_cast<uint64_t>(cp_.config().s.health_timeout.count()), 0);
+        send_request();
+        flush();
+        return;
+    }
+    reused_ = false;
+    want_new_ = false;
     if (!ctx || !up_.resolved) {
         // Nothing to check with (kubelet TLS bootstrap) or no address yet: the upstream stays
         // as it is and the selection fails open. Look again at the fast interval.
@@ -113,7 +135,10 @@ void HealthChecker::begin() {
         session_generation_ = tls.generation();
     }
     SSL_CTX_sess_set_new_cb(ctx, on_new_session);
-    parser_ = HttpResponseParser(kProbeResponseMax, kReadyzBodyMax);
+    parser_ = HttpResponseParser(kProbeResponseMax, kReadyzBodyMax, HttpResponseParser::Body::excerpt,
+                                 cp_.config().s.health_new_connection_interval.count() > 0);
+    conn_opened_ms_ = now;
+    conn_generation_ = tls.generation();
     int r = uv_tcp_init_ex(cp_.loop(), &tcp_, up_.sa.ss_family);
     if (r != 0) {
         log::warn("cannot create health check socket", {{"upstream", up_.name}, {"error", uv_strerror(r)}});
@@ -170,10 +195,81 @@ int HealthChecker::on_new_session(SSL* ssl, SSL_SESSION* sess) {
 }
 
 std::string HealthChecker::request() const {
-    return fmt::format(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json, */*\r\nConnection: "
-        "close\r\n\r\n",
-        cp_.config().s.health_path, up_.host_header(), kVersion);
+    const bool keep = cp_.config().s.health_new_connection_interval.count() > 0;
+    return fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json, */*\r\n{}\r\n",
+                       cp_.config().s.health_path, up_.host_header(), kVersion, keep ? "" : "Connection: close\r\n");
+}
+
+void HealthChecker::send_request() {
+    std::string req = request();
+    SSL_write(ssl_, req.data(), static_cast<int>(req.size()));  // memory BIO: never partial
+}
+
+// The kept connection serves the next probe while it presents the current certificate and is
+// younger than health.new_connection_interval, and no passive signal asked for a new one.
+bool HealthChecker::reuse_allowed(uint64_t now, uint64_t generation) const {
+    const auto every = static_cast<uint64_t>(cp_.config().s.health_new_connection_interval.count());
+    return every > 0 && !want_new_ && generation == conn_generation_ && now - conn_opened_ms_ < every;
+}
+
+// Ends the probe connection. `ended_well`: it carried a complete answer (or sat idle), so the TLS
+// session stays resumable although no close_notify is sent.
+void HealthChecker::close_connection(bool ended_well) {
+    kept_ = false;
+    if (ssl_) {
+        if (ended_well) SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+        SSL_free(ssl_);  // frees both BIOs; a session OpenSSL handed us stays in session_
+        ssl_ = nullptr;
+        rbio_ = wbio_ = nullptr;
+    }
+    if (tcp_open_) {
+        tcp_open_ = false;
+        tcp_closing_ = true;
+        uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_tcp_closed);
+    }
+}
+
+// Between probes the kept connection should stay silent. The apiserver ending it (an idle
+// timeout, a graceful shutdown, a restart) is a signal: a probe on a new connection follows, at a
+// random moment within fast_interval so that the nodes an apiserver dropped at once do not all
+// come back in the same instant. TLS records that carry no data (session tickets) are fine.
+void HealthChecker::on_idle_read(ssize_t n) {
+    const char* why = nullptr;
+    if (n > 0) {
+        BIO_write(rbio_, rbuf_, static_cast<int>(n));
+        char buf[512];
+        ERR_clear_error();
+        int r = SSL_read(ssl_, buf, sizeof buf);
+        int e = r > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl_, r);
+        if (r > 0) why = "data between probes";
+        else if (e == SSL_ERROR_ZERO_RETURN) why = "closed by the apiserver (close_notify)";
+        else if (e != SSL_ERROR_WANT_READ) why = "TLS error between probes";
+        flush();
+        ERR_clear_error();
+        if (!why) return;
+    } else {
+        why = n == UV_EOF ? "closed by the apiserver" : uv_strerror(static_cast<int>(n));
+    }
+    ++up_.probe_connections_ended;
+    KPRISM_DEBUG("probe connection ended", {{"upstream", up_.name}, {"reason", why}});
+    close_connection(n > 0 || n == UV_EOF);
+    want_new_ = true;
+    const auto fast = static_cast<uint64_t>(cp_.config().s.health_fast_interval.count());
+    uint64_t wait = random_below(fast + 1);
+    const auto* th = reinterpret_cast<const uv_handle_t*>(&timer_);
+    if (handles_open_ && (!uv_is_active(th) || uv_timer_get_due_in(&timer_) > wait))
+        uv_timer_start(&timer_, on_timer, wait, 0);
+}
+
+// On the kept connection: did the apiserver's kernel acknowledge every byte of the request?
+bool HealthChecker::request_acknowledged() const {
+    if (!tcp_open_ || tcp_.write_queue_size > 0) return false;
+    uv_os_fd_t fd;
+    if (uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) != 0) return false;
+    tcp_info ti{};
+    socklen_t len = sizeof ti;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
+    return ti.tcpi_unacked == 0;
 }
 
 // One step of the TLS client: handshake, then the request, then the response; whatever OpenSSL
@@ -193,8 +289,7 @@ void HealthChecker::drive() {
         if (SSL_session_reused(ssl_)) ++up_.resumed_handshakes;
         else ++up_.full_handshakes;
         phase_ = Phase::awaiting_response;
-        std::string req = request();
-        SSL_write(ssl_, req.data(), static_cast<int>(req.size()));  // memory BIO: never partial
+        send_request();
     }
     if (phase_ == Phase::awaiting_response) {
         char buf[4096];
@@ -247,7 +342,11 @@ void HealthChecker::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
 
 void HealthChecker::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
     auto* self = static_cast<HealthChecker*>(s->data);
-    if (self->phase_ == Phase::idle || n == 0) return;
+    if (n == 0) return;
+    if (self->phase_ == Phase::idle) {
+        if (self->kept_) self->on_idle_read(n);
+        return;
+    }
     if (n > 0) {
         BIO_write(self->rbio_, self->rbuf_, static_cast<int>(n));
     } else if (n == UV_EOF) {
@@ -305,13 +404,19 @@ void HealthChecker::conclude() {
 
 void HealthChecker::on_deadline(uv_timer_t* t) {
     auto* self = static_cast<HealthChecker*>(t->data);
+    // On the kept connection a request the apiserver's kernel acknowledged and nobody answered is
+    // the same sign as a connect without a handshake; one not even acknowledged is like a connect
+    // timeout (a blackhole).
+    const bool delivered = self->reused_ && self->request_acknowledged();
     const char* what = self->phase_ == Phase::connecting    ? "no TCP connect"
                        : self->phase_ == Phase::handshaking ? "no TLS handshake"
-                                                            : "no response";
+                       : !self->reused_                     ? "no response"
+                       : delivered ? "no response on the kept connection (request acknowledged)"
+                                   : "no response on the kept connection (request not acknowledged)";
     // Connected but no TLS handshake: the kernel accepts for a process that does not run (hung,
     // stopped, deadlocked). A live apiserver handshakes even when /readyz is slow, so this takes
     // the upstream down at once, like a 5xx; other timeouts count towards `fall`.
-    const bool hung = self->phase_ == Phase::handshaking;
+    const bool hung = self->phase_ == Phase::handshaking || delivered;
     self->finish(CheckResult::timeout,
                  fmt::format("{} within {}", what, format_duration(self->cp_.config().s.health_timeout)), hung);
 }
@@ -322,21 +427,30 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
                                     r != CheckResult::timeout;
     phase_ = Phase::idle;
     uv_timer_stop(&deadline_);
-    if (ssl_) {
-        // A probe that got an HTTP answer ended well at the TLS level: mark it shut down so that
-        // SSL_free does not flag the session as unresumable (we close without close_notify).
-        if (phase_was_response) SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
-        SSL_free(ssl_);  // frees both BIOs; a session OpenSSL handed us stays in session_
-        ssl_ = nullptr;
-        rbio_ = wbio_ = nullptr;
+    // The kept connection ended before a byte of the answer (the apiserver closed it as the
+    // request went out, say): not the apiserver's answer. The probe moves to a new connection,
+    // once; its result is the probe's.
+    if (reused_ && !retried_ && r != CheckResult::timeout && parser_.buffered() == 0) {
+        KPRISM_DEBUG("probe connection ended before an answer; probing on a new one",
+                     {{"upstream", up_.name}, {"error", error}});
+        ++up_.probe_connections_ended;
+        retried_ = true;
+        --probes_;
+        close_connection(false);
+        begin_when_closed_ = true;
+        return;
     }
-    if (tcp_open_) {
-        tcp_open_ = false;
-        tcp_closing_ = true;
-        uv_close(reinterpret_cast<uv_handle_t*>(&tcp_), on_tcp_closed);
-    }
+    retried_ = false;
+    // A complete answer on an HTTP/1.1 connection that may carry another: kept for the next probe.
+    if (phase_was_response && parser_.reusable() && ssl_ && tcp_open_ &&
+        cp_.config().s.health_new_connection_interval.count() > 0)
+        kept_ = true;
+    else
+        close_connection(phase_was_response);
+    reused_ = false;
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
-    // From the connect, when the deadline started: the time health.timeout bounds.
+    // From the connect (the request, on the kept connection), when the deadline started: the time
+    // health.timeout bounds.
     up_.check_duration.observe(static_cast<double>(uv_hrtime() - connect_started_ns_) / 1e9);
     cp_.record_check(up_, r, error, explicit_down, session_generation_, checks);
     schedule_next();
@@ -352,7 +466,8 @@ void HealthChecker::on_tcp_closed(uv_handle_t* h) {
 }
 
 // Start-to-start period: the interval, or the fast interval while the verdict is in flux, scaled
-// by a random factor in [0.8, 1.0] so thousands of nodes drift apart and never exceed it.
+// by a random factor in [0.8, 1.0] ([0.5, 1.0] while down) so thousands of nodes drift apart and
+// never exceed it.
 void HealthChecker::schedule_next() {
     if (!handles_open_) return;
     const Settings& s = cp_.config().s;
@@ -361,7 +476,10 @@ void HealthChecker::schedule_next() {
     bool fast = (up_.health == Health::unknown && cp_.credentials() != CredentialsState::rejected) ||
                 (up_.health == Health::up && up_.falls > 0) || (up_.health == Health::down && up_.rises > 0);
     uint64_t period = static_cast<uint64_t>((fast ? s.health_fast_interval : s.health_interval).count());
-    period = period - random_below(period / 5 + 1);
+    // A down upstream's probes spread wider (half the period): the nodes that lost it at the same
+    // moment should not all find it back in the same one (its first handshakes are full ones).
+    const bool spread = up_.health == Health::down && up_.rises == 0;
+    period = period - random_below(period / (spread ? 2 : 5) + 1);
     uint64_t elapsed = uv_now(cp_.loop()) - started_ms_;
     uv_timer_start(&timer_, on_timer, period > elapsed ? period - elapsed : 0, 0);
 }

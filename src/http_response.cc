@@ -51,16 +51,22 @@ HttpResponseParser::State HttpResponseParser::parse() {
             }
             if (code < 100) return fail("malformed status code");
             status_ = code;
+            http11_ = buf_[7] == '1';
         }
         size_t end = buf_.find("\r\n\r\n");
         if (end == std::string::npos) return State::need_more;
         if (status_ == 0) return fail("malformed status line");
         header_end_ = end + 4;
         // Content-Length, case-insensitively; anything unparsable is ignored (read to the bound/EOF).
+        // Connection and Transfer-Encoding only decide whether the connection is reused.
         size_t line = buf_.find("\r\n") + 2;
         while (line < end) {
             size_t next = buf_.find("\r\n", line);
             std::string_view h(buf_.data() + line, next - line);
+            std::string lower(h.substr(0, std::min<size_t>(h.size(), 64)));
+            std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+            if (lower.rfind("connection:", 0) == 0 && lower.find("close") != std::string::npos) conn_close_ = true;
+            if (lower.rfind("transfer-encoding:", 0) == 0) chunked_ = true;
             if (h.size() > 15) {
                 std::string name(h.substr(0, 15));
                 std::transform(name.begin(), name.end(), name.begin(), ::tolower);
@@ -86,10 +92,19 @@ HttpResponseParser::State HttpResponseParser::parse() {
         if (content_length_ >= 0 && body >= static_cast<size_t>(content_length_)) return state_ = State::done;
         return State::need_more;  // to Content-Length, or to the peer's close
     }
-    if (status_ >= 200 && status_ < 300) return state_ = State::done;  // nothing in a ready body matters
+    // Nothing in a ready body matters; read to its end only to reuse the connection.
+    const bool to_end = for_reuse_ && content_length_ >= 0 && header_end_ + static_cast<size_t>(content_length_) <= max_;
+    if (status_ >= 200 && status_ < 300 && (!to_end || body >= static_cast<size_t>(content_length_)))
+        return state_ = State::done;
+    if (status_ >= 200 && status_ < 300) return State::need_more;
     if (content_length_ >= 0 && body >= static_cast<size_t>(content_length_)) return state_ = State::done;
     if (body >= excerpt_max_) return state_ = State::done;
     return State::need_more;
+}
+
+bool HttpResponseParser::reusable() const {
+    return state_ == State::done && http11_ && !conn_close_ && !chunked_ && content_length_ >= 0 &&
+           header_end_ > 0 && buf_.size() - header_end_ == static_cast<size_t>(content_length_);
 }
 
 std::string HttpResponseParser::body_excerpt() const {

@@ -161,6 +161,10 @@ std::string render_metrics(const Snapshot& s) {
         w.sample(up_label(*u, "resumed", "true"), u->resumed_handshakes);
         w.sample(up_label(*u, "resumed", "false"), u->full_handshakes);
     }
+    w.family("kprism_health_checks_reused_connection_total", "counter", "Readiness checks sent on the kept probe connection (the rest opened a new one: kprism_tls_handshakes_total).");
+    for (const Upstream* u : ups) w.sample(up_label(*u), u->probes_reused);
+    w.family("kprism_health_check_connections_ended_total", "counter", "Kept probe connections the apiserver ended, between probes or as a probe went out (each is followed by a probe on a new connection).");
+    for (const Upstream* u : ups) w.sample(up_label(*u), u->probe_connections_ended);
 
     w.family("kprism_connections_closed_upstream_down_total", "counter", "Established connections closed because their upstream went down.");
     w.sample("", s.stats.closed_for_down);

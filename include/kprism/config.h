@@ -44,6 +44,7 @@ struct Settings {
     std::string ca_file = "/etc/kubernetes/pki/ca.crt";
     std::string server_name;  // SNI and name to verify; empty: the endpoint's host
     bool health_tls_resumption = true;
+    Duration health_new_connection_interval{30000};  // 0: every probe on a new connection
     std::string policy = "random";
     std::string zone;  // this node's zone; upstreams in it are preferred while any is ready
     std::string fail_mode = "fail-open";

@@ -22,8 +22,10 @@ class ControlPlane;
 constexpr size_t kProbeResponseMax = 16384;
 
 // Owned by the ControlPlane (one per upstream). Its handles are closed by close(); the memory is
-// released with the ControlPlane after the loop has stopped. Each probe opens a new TCP connection so
-// a firewall that drops new connections shows up; TLS sessions are resumed to keep probes cheap.
+// released with the ControlPlane after the loop has stopped. Probes reuse one kept connection
+// (HTTP/1.1 keep-alive: a probe costs the apiserver a request, not a handshake) and open a new one
+// at least every health.new_connection_interval, after a passive signal, and whenever the kept one
+// ended, so that a firewall that drops new connections still shows up; TLS sessions are resumed.
 class HealthChecker {
 public:
     HealthChecker(ControlPlane& cp, Upstream& u);
@@ -34,8 +36,9 @@ public:
     void start(uint64_t first_delay_ms);
     // A passive signal suggests the upstream is sick: probe now unless one is running or the last
     // one started under kMinGapMs ago. `defer`: then as soon as kMinGapMs have passed instead
-    // (a fresh result is wanted, not just a hint given).
-    void check_soon(bool defer = false);
+    // (a fresh result is wanted, not just a hint given). `new_connection`: the next probe opens a
+    // new connection (what a client would), whenever it runs.
+    void check_soon(bool defer = false, bool new_connection = true);
     static constexpr uint64_t kMinGapMs = 250;
     void close();
 
@@ -46,6 +49,11 @@ private:
     enum class Phase { idle, connecting, handshaking, awaiting_response };
 
     void begin();
+    void send_request();
+    bool reuse_allowed(uint64_t now, uint64_t generation) const;
+    void close_connection(bool ended_well);
+    void on_idle_read(ssize_t n);
+    bool request_acknowledged() const;
     void drive();
     void flush();
     void conclude();
@@ -78,6 +86,13 @@ private:
     BIO* wbio_ = nullptr;  // OpenSSL -> network (owned by ssl_)
     SSL_SESSION* session_ = nullptr;
     uint64_t session_generation_ = 0;
+    // The kept connection: open and idle between probes (ssl_ and tcp_ live, reading).
+    bool kept_ = false;
+    bool reused_ = false;    // the running probe is on the kept connection
+    bool retried_ = false;   // ... and found it closed, so it moved to a new one once
+    bool want_new_ = false;  // the next probe opens a new connection (a passive signal)
+    uint64_t conn_opened_ms_ = 0;
+    uint64_t conn_generation_ = 0;  // the client certificate the connection presented
     HttpResponseParser parser_{kProbeResponseMax, kReadyzBodyMax};
     uint64_t started_ms_ = 0;
     uint64_t connect_started_ns_ = 0;

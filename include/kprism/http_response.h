@@ -20,8 +20,9 @@ public:
     enum class State { need_more, done, error };
     enum class Body { excerpt, whole };
 
-    explicit HttpResponseParser(size_t max_bytes = 16384, size_t body_excerpt = 1024, Body mode = Body::excerpt)
-        : max_(max_bytes), excerpt_max_(body_excerpt), whole_(mode == Body::whole) {}
+    explicit HttpResponseParser(size_t max_bytes = 16384, size_t body_excerpt = 1024, Body mode = Body::excerpt,
+                                bool whole_body_for_reuse = false)
+        : max_(max_bytes), excerpt_max_(body_excerpt), whole_(mode == Body::whole), for_reuse_(whole_body_for_reuse) {}
 
     State feed(const char* p, size_t n);
     State eof();  // the peer closed the stream
@@ -33,6 +34,11 @@ public:
     // The body as received, up to Content-Length (Body::whole; with Body::excerpt, what was read).
     std::string body() const;
     const std::string& error() const { return error_; }
+    // The connection can carry another request: an HTTP/1.1 response, done, with a Content-Length
+    // body read exactly to its end (nothing after it), no "Connection: close" and no
+    // Transfer-Encoding. With `whole_body_for_reuse`, a 2xx waits for its body too (else done at
+    // its headers).
+    bool reusable() const;
     size_t buffered() const { return buf_.size(); }  // bytes kept so far, at most max_bytes (tests, fuzzing)
 
 private:
@@ -42,6 +48,10 @@ private:
     size_t max_;
     size_t excerpt_max_;
     bool whole_;
+    bool for_reuse_;
+    bool http11_ = false;
+    bool conn_close_ = false;
+    bool chunked_ = false;  // any Transfer-Encoding
     std::string buf_;
     State state_ = State::need_more;
     int status_ = 0;

@@ -128,6 +128,8 @@ struct Upstream {
     uint64_t checks[6] = {};  // per CheckResult
     uint64_t resumed_handshakes = 0;
     uint64_t full_handshakes = 0;
+    uint64_t probes_reused = 0;            // readiness probes sent on the kept probe connection
+    uint64_t probe_connections_ended = 0;  // kept probe connections the apiserver ended
     uint64_t connect_errors[kConnectErrors] = {};  // per ConnectError
     uint64_t went_up = 0, went_down = 0;          // health transitions
     int64_t last_change_unix = 0;                 // wall clock (s) of the last health change; 0: none

@@ -260,11 +260,14 @@ TEST(Health, BootstrapWithoutCertificateThenItAppears) {
     EXPECT_TRUE(upstream_state(k, b.addr(), "health", "up"));
 }
 
+// Every probe on a new connection (health.new_connection_interval 0, the way before issue 15):
+// their TLS sessions are resumed.
 TEST(Health, SessionsAreResumed) {
     Pki pki;
     Apiserver a(pki, "a");
     Kprism k({a.addr()}, with(tls_flags(pki), {"--health-interval", "200ms", "--health-timeout", "150ms",
-                                               "--health-fast-interval", "100ms"}));
+                                               "--health-fast-interval", "100ms", "--health-new-connection-interval",
+                                               "0"}));
     ASSERT_TRUE(eventually([&] { return a.proc->count_output("handshake resumed=1") >= 3; }, 10000ms));
     EXPECT_LE(a.proc->count_output("handshake resumed=0"), 2u);
 }

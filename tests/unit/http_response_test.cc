@@ -135,3 +135,40 @@ TEST(HttpResponse, WholeBodyIsBounded) {
     EXPECT_EQ(feed_all(g, "SSH-2.0-OpenSSH\r\n"), State::error);
     EXPECT_EQ(g.error(), "not an HTTP response");
 }
+
+// Keep-alive probes (issue 15): a connection is reused only after a response that ends exactly
+// where its Content-Length says, on HTTP/1.1, without "Connection: close" or Transfer-Encoding.
+TEST(HttpResponse, ReusableOnlyAfterAnExactlyDelimitedResponse) {
+    auto parse = [](std::string_view r, size_t step = 1) {
+        HttpResponseParser p(16384, 8192, HttpResponseParser::Body::excerpt, true);
+        feed_all(p, r, step);
+        return p;
+    };
+    for (size_t step : {size_t{1}, size_t{5}, size_t{1000}}) {
+        auto ok = parse("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", step);
+        EXPECT_EQ(ok.state(), State::done);
+        EXPECT_TRUE(ok.reusable());
+    }
+    // A 2xx waits for its body when the connection is to be reused.
+    HttpResponseParser half(16384, 8192, HttpResponseParser::Body::excerpt, true);
+    EXPECT_EQ(feed_all(half, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\no"), State::need_more);
+    EXPECT_EQ(half.feed("k", 1), State::done);
+    EXPECT_TRUE(half.reusable());
+    std::string body = "[-]etcd failed: reason withheld\nreadyz check failed\n";
+    EXPECT_TRUE(parse("HTTP/1.1 500 Internal Server Error\r\nContent-Length: " + std::to_string(body.size()) +
+                      "\r\n\r\n" + body)
+                    .reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok").reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nconnection: Close\r\nContent-Length: 2\r\n\r\nok").reusable());
+    EXPECT_FALSE(parse("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok").reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n").reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\n\r\nok").reusable());  // no length: ends at the peer's close
+    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n", 1000).reusable());
+    // A body past the excerpt is not read to its end: not reusable.
+    std::string big(9000, 'x');
+    EXPECT_FALSE(parse("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 9000\r\n\r\n" + big, 1000).reusable());
+    // Without reuse, a 2xx is done at its headers as before, and not reusable (its body was not read).
+    HttpResponseParser plain;
+    EXPECT_EQ(feed_all(plain, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), State::done);
+    EXPECT_FALSE(plain.reusable());
+}
