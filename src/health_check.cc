@@ -170,6 +170,7 @@ void HealthChecker::on_connect(uv_connect_t* req, int status) {
     BIO_set_mem_eof_return(self->rbio_, -1);  // "no data yet", until the socket reaches EOF
     SSL_set_bio(ssl, self->rbio_, self->wbio_);
     SSL_set_connect_state(ssl);
+    SSL_set_mode(ssl, SSL_MODE_RELEASE_BUFFERS);  // a kept connection holds no record buffers while idle
     SSL_set_ex_data(ssl, ex_index(), self);
     const Upstream& u = self->up_;
     const std::string& name = u.tls_name();

@@ -122,3 +122,27 @@ TEST(ProbeKeepalive, RotationOpensANewConnection) {
     ASSERT_TRUE(eventually([&] { return readyz(a) >= n + 3; }));
     EXPECT_EQ(handshakes(a), 2u) << "the new connection is kept in turn: " << a.proc->output();
 }
+
+// The kept connection closing as a probe goes out, before a byte of the answer, is not the
+// apiserver's answer: the probe moves to a new connection, once, and that one's result counts.
+// The stand-in in "close" mode ends a kept connection when it reads the /readyz on it, and a new
+// one right after its TLS handshake.
+TEST(ProbeKeepalive, ClosedBeforeAnAnswerMovesToANewConnectionOnce) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    Kprism k({a.addr()}, flags(pki, {"--health-interval", "2s", "--health-timeout", "1s", "--health-fast-interval",
+                                     "2s"}));
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr()));
+    ASSERT_TRUE(eventually([&] { return readyz(a) >= 1; }, 5000ms));
+    EXPECT_EQ(handshakes(a), 1u);
+    a.set("close");
+    // The new connection's reset (not_ready) or close without close_notify (tls_failed).
+    ASSERT_TRUE(k.wait_output("msg=\"health check failed\" upstream=" + a.addr() + " result=", 5000ms))
+        << k.output();
+    EXPECT_EQ(a.proc->count_output("request path=/readyz status=close"), 1u) << "the kept one: " << a.proc->output();
+    // The stand-in's lines are read from its pipe: allow them a moment (the next probe is 2 s away).
+    EXPECT_TRUE(eventually([&] { return handshakes(a) == 2; }, 1000ms)) << "then one new one: " << a.proc->output();
+    EXPECT_EQ(metric(k, "kprism_health_check_connections_ended_total", a.addr()), 1);
+    EXPECT_EQ(k.count_output("msg=\"health check failed\""), 1u) << "one probe, one result";
+    a.set("200");
+}
