@@ -32,12 +32,16 @@ from faultlib.report import Report, table  # noqa: E402
 import cases_failopen  # noqa: E402
 import cases_network  # noqa: E402
 import cases_process  # noqa: E402
+import cases_quiet  # noqa: E402
 import cases_resources  # noqa: E402
 import soak  # noqa: E402
 
 NETWORK = [f.name for f in cases_network.faults()]
-# Every case, in the order they run; the first group may run in parallel (FAULTS_JOBS).
-PARALLEL = NETWORK + ["kprism-restart", "fail-open-unready", "fail-open-blackhole"]
+QUIET = [f.name for f in cases_quiet.faults()]
+# Every case, in the order they run; the first group may run in parallel (FAULTS_JOBS). The
+# longest (quiet-syn-drop, up to about 75 s) first, so that it overlaps the rest.
+PARALLEL = ["quiet-syn-drop"] + NETWORK + ["kprism-restart", "fail-open-unready", "fail-open-blackhole"] + \
+    [q for q in QUIET if q != "quiet-syn-drop"]
 SEQUENTIAL = ["resources", "soak"]
 ALL = PARALLEL + SEQUENTIAL
 MAX_NS = 16  # namespaces per case; the PKI's serving certificate names all their addresses
@@ -46,6 +50,8 @@ MAX_NS = 16  # namespaces per case; the PKI's serving certificate names all thei
 def run_case(name, env, rep, soak_seconds):
     if name in NETWORK:
         cases_network.run(env, rep, only=[name])
+    elif name in QUIET:
+        cases_quiet.run(env, rep, only=[name])
     elif name == "kprism-restart":
         cases_process.run(env, rep)
     elif name.startswith("fail-open-"):

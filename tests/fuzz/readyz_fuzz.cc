@@ -25,8 +25,9 @@ struct Outcome {
     int status;
 };
 
-Outcome run(const uint8_t* data, size_t size, const std::vector<size_t>& pieces, size_t max, size_t excerpt) {
-    HttpResponseParser p(max, excerpt);
+Outcome run(const uint8_t* data, size_t size, const std::vector<size_t>& pieces, size_t max, size_t excerpt,
+            bool reuse) {
+    HttpResponseParser p(max, excerpt, HttpResponseParser::Body::excerpt, reuse);
     State st = State::need_more;
     size_t off = 0;
     for (size_t n : pieces) {
@@ -38,6 +39,8 @@ Outcome run(const uint8_t* data, size_t size, const std::vector<size_t>& pieces,
         FUZZ_CHECK(p.buffered() <= max);  // never keeps more than the bound
         FUZZ_CHECK(p.buffered() <= off);  // nor more than it was given
         if (st == State::error) FUZZ_CHECK(!p.error().empty());
+        // Reused only after a complete, exactly delimited answer, and only when asked for.
+        FUZZ_CHECK(!p.reusable() || (reuse && st == State::done));
     }
     FUZZ_CHECK(off <= size);
     Outcome o{st, State::need_more, p.status()};
@@ -68,10 +71,12 @@ void compare(const Outcome& a, const Outcome& b) {
     if (a.after_eof == State::done) FUZZ_CHECK(a.status == b.status);
 }
 
-void all_ways(const uint8_t* data, size_t size, uint64_t h, size_t max, size_t excerpt) {
-    Outcome one = run(data, size, fuzz::whole(size), max, excerpt);
-    compare(one, run(data, size, fuzz::random_pieces(size, h), max, excerpt));
-    if (size <= 4096) compare(one, run(data, size, fuzz::bytewise(size), max, excerpt));
+// The outcome does not depend on how the bytes arrive (whether the connection can be reused
+// does: bytes after the answer in the same piece forbid it).
+void all_ways(const uint8_t* data, size_t size, uint64_t h, size_t max, size_t excerpt, bool reuse = false) {
+    Outcome one = run(data, size, fuzz::whole(size), max, excerpt, reuse);
+    compare(one, run(data, size, fuzz::random_pieces(size, h), max, excerpt, reuse));
+    if (size <= 4096) compare(one, run(data, size, fuzz::bytewise(size), max, excerpt, reuse));
 }
 
 // Body::whole, as `kprism status` and `kprism reload` read /status: the same outcome however the
@@ -146,11 +151,12 @@ void failing_checks(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint64_t h = fuzz::hash(data, size);
-    all_ways(data, size, h, 16384, 1024);  // the probe's parser: HttpResponseParser()
+    all_ways(data, size, h, 16384, 1024);            // HttpResponseParser()
+    all_ways(data, size, h ^ 2, 16384, 8192, true);  // the probe's, on a connection it may keep
     whole_ways(data, size, h, 65536);      // /status as the CLI reads it
     failing_checks(data, size);            // the failing checks of a not-ready body
     uint64_t s = h;
     size_t max = fuzz::next(s) % 600, excerpt = fuzz::next(s) % 200;
-    all_ways(data, size, h ^ 1, max, excerpt);
+    all_ways(data, size, h ^ 1, max, excerpt, (s & 1) != 0);
     return 0;
 }
