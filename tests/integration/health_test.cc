@@ -127,12 +127,14 @@ TEST(Health, MalformedAndOversizedResponses) {
 
 // rise/fall: one 500 takes an up upstream down at once (the apiserver's own verdict); timeouts
 // need `fall` in a row, re-checked at the fast interval; coming back needs `rise` successes.
+// A new connection per check: a /readyz that hangs after the handshake is a timeout that counts
+// towards fall (on the kept connection it is down at once, probe_keepalive_test.cc).
 TEST(Health, RiseFallAndFastRecheck) {
     Pki pki;
     Apiserver a(pki, "a"), b(pki, "b");
     Kprism k({a.addr(), b.addr()},
              with(tls_flags(pki), {"--health-interval", "4s", "--health-timeout", "300ms", "--health-rise", "2",
-                                   "--health-fall", "2"}));
+                                   "--health-fall", "2", "--health-new-connection-interval", "0"}));
     ASSERT_TRUE(upstream_state(k, a.addr(), "health", "up"));
     a.set("hang");
     ASSERT_TRUE(k.wait_output("msg=\"health check failed\" upstream=" + a.addr(), 8000ms));
