@@ -217,6 +217,7 @@ bool HealthChecker::reuse_allowed(uint64_t now, uint64_t generation) const {
 // session stays resumable although no close_notify is sent.
 void HealthChecker::close_connection(bool ended_well) {
     kept_ = false;
+    up_.probe_local_port = 0;
     if (ssl_) {
         if (ended_well) SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
         SSL_free(ssl_);  // frees both BIOs; a session OpenSSL handed us stays in session_
@@ -444,9 +445,16 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
     retried_ = false;
     // A complete answer on an HTTP/1.1 connection that may carry another: kept for the next probe.
     if (phase_was_response && parser_.reusable() && ssl_ && tcp_open_ &&
-        cp_.config().s.health_new_connection_interval.count() > 0)
+        cp_.config().s.health_new_connection_interval.count() > 0) {
         kept_ = true;
-    else
+        sockaddr_storage local{};
+        int len = sizeof local;
+        if (up_.probe_local_port == 0 &&
+            uv_tcp_getsockname(&tcp_, reinterpret_cast<sockaddr*>(&local), &len) == 0)
+            up_.probe_local_port = ntohs(local.ss_family == AF_INET6
+                                             ? reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port
+                                             : reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
+    } else
         close_connection(phase_was_response);
     reused_ = false;
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});

@@ -86,6 +86,8 @@ std::string render_status_json(const Snapshot& s) {
             // Milliseconds to the microsecond: 1.438, not 1.4375000000000002.
             {"rtt_ms", or_null(u->rtt_ms >= 0, std::round(u->rtt_ms * 1000) / 1000)},
             {"active_connections", u->active},
+            // Which of kprism's sockets to the upstream is the kept probe connection (ss shows it).
+            {"probe_local_port", or_null(u->probe_local_port != 0, u->probe_local_port)},
         };
         Json checks = Json::array();
         for (const auto& n : u->failing_checks.names) checks.push_back(n);

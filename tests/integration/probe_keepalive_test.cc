@@ -46,6 +46,10 @@ TEST(ProbeKeepalive, ProbesReuseOneConnection) {
     EXPECT_EQ(handshakes(a), 1u) << a.proc->output();
     EXPECT_GE(metric(k, "kprism_health_checks_reused_connection_total", a.addr()), 6);
     EXPECT_EQ(metric(k, "kprism_health_check_connections_ended_total", a.addr()), 0);
+    std::string st = body_of(http_get(k.admin_port, "/status"));
+    auto p = st.find("\"probe_local_port\":");
+    ASSERT_NE(p, std::string::npos) << st;
+    EXPECT_TRUE(isdigit(static_cast<unsigned char>(st[p + 19]))) << st;
 }
 
 TEST(ProbeKeepalive, NewConnectionEveryIntervalResumed) {
@@ -65,6 +69,7 @@ TEST(ProbeKeepalive, ZeroIsANewConnectionEachProbe) {
     ASSERT_TRUE(eventually([&] { return readyz(a) >= 5; }, 10000ms));
     EXPECT_GE(handshakes(a) + 1, readyz(a)) << a.proc->output();
     EXPECT_EQ(metric(k, "kprism_health_checks_reused_connection_total", a.addr()), 0);
+    EXPECT_NE(body_of(http_get(k.admin_port, "/status")).find("\"probe_local_port\":null"), std::string::npos);
 }
 
 // The apiserver ending the kept connection (SIGUSR1: the stand-in ends every connection at once)

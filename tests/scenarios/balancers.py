@@ -66,6 +66,12 @@ class Kprism(Balancer):
         return {self.names.get(u.get("address"), u.get("address")) for u in st.get("upstreams", [])
                 if u.get("state") == "up"}
 
+    def probe_ports(self):
+        """Local ports of kprism's kept probe connections (/status probe_local_port): sockets to
+        the upstreams that are no client's."""
+        st = self.status() or {}
+        return {u["probe_local_port"] for u in st.get("upstreams", []) if u.get("probe_local_port")}
+
     def metrics(self):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=2) as r:

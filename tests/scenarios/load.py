@@ -221,9 +221,13 @@ def create_target(ctx, server):
     return rv
 
 
-def upstream_connections(pids, endpoints):
-    """{pid: {endpoint: established TCP connections from that process to it}} from one ss run."""
+def upstream_connections(pids, endpoints, skip_ports=lambda: set()):
+    """{pid: {endpoint: established TCP connections from that process to it}} from one ss run,
+    without those in skip_ports(), a set of (pid, local port) asked before and after the ss run, so
+    that a probe connection renewed meanwhile is left out either way."""
+    skip = set(skip_ports())
     out = subprocess.run(["ss", "-Htnp", "state", "established"], capture_output=True, text=True).stdout
+    skip |= set(skip_ports())
     counts = {p: {e: 0 for e in endpoints} for p in pids}
     for line in out.splitlines():
         f = line.split()
@@ -232,7 +236,8 @@ def upstream_connections(pids, endpoints):
         peer = f[3]
         if peer not in endpoints:
             continue
+        port = f[2].rsplit(":", 1)[-1]
         for p in pids:
-            if f"pid={p}," in line:
+            if f"pid={p}," in line and not (port.isdigit() and (p, int(port)) in skip):
                 counts[p][peer] += 1
     return counts

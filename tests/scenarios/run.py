@@ -136,7 +136,10 @@ class Run:
     # Connections from each balancer to each stand-in, by name.
     def conns(self):
         names = self.cl.by_addr()
-        counts = ld.upstream_connections([b.pid for b in self.bs], list(names))
+        # kprism's kept probe connections are no client's: left out, as HAProxy's checks come and go.
+        probers = [b for b in self.bs if isinstance(b, balancers.Kprism)]
+        counts = ld.upstream_connections([b.pid for b in self.bs], list(names),
+                                         lambda: {(b.pid, p) for b in probers for p in b.probe_ports()})
         return {b.label: {names[e]: n for e, n in counts[b.pid].items()} for b in self.bs}
 
     def all_up(self, names, seconds=30):
