@@ -44,6 +44,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +68,38 @@ def machine_busy_seconds():
         v = [int(x) for x in f.readline().split()[1:9]]
     user, nice, system, idle, iowait, irq, softirq, steal = v
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+class BusySampler:
+    """The machine's busy CPU seconds (/proc/stat) every 100 ms in a thread, to tell when the
+    machine itself was saturated: then a burst is flattened by the CPUs, not by the probers."""
+
+    def __init__(self):
+        self.samples = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.samples.append((time.monotonic(), machine_busy_seconds()))
+            self._stop.wait(0.1)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join(timeout=2)
+        return self
+
+    def busiest(self, width=1.0):
+        """Most cores busy on average over any `width` seconds between samples."""
+        s, best, j = self.samples, 0.0, 0
+        for i in range(len(s)):
+            while j < len(s) and s[j][0] - s[i][0] < width:
+                j += 1
+            if j == len(s):
+                break
+            best = max(best, (s[j][1] - s[i][1]) / (s[j][0] - s[i][0]))
+        return best
 
 
 def cpu_or_none(pid):
@@ -239,9 +272,10 @@ class Bench:
             # Steady state: the window just before the kill.
             t_kill_plan = t_last + a.steady
             time.sleep(max(0.0, t_kill_plan - a.window - time.time()))
-            t_s0, c_s0 = time.time(), cpu_all()
+            t_s0, c_s0, busy_s = time.time(), cpu_all(), BusySampler()
             time.sleep(max(0.0, t_kill_plan - time.time()))
             t_kill, c_s1 = time.time(), cpu_all()
+            busy_s.stop()
             for p in servers:
                 p.signal(signal.SIGKILL)
             for p in servers:
@@ -249,10 +283,11 @@ class Bench:
             log(f"{tag}: killed the {a.endpoints} serve processes; restarting in {a.down:g} s")
             time.sleep(max(0.0, t_kill + a.down - time.time()))
             c_r0_rest = cpu_all()
-            t_restart = time.time()
+            t_restart, busy_r = time.time(), BusySampler()
             servers, logs2, cpu_listen, t_listening = self.start_servers(f"{tag}-gen2", scope)
             time.sleep(max(0.0, t_restart + a.window - time.time()))
             c_r1 = cpu_all()
+            busy_r.stop()
             c_r1_servers = sum(cpu_or_none(p.pid) or 0 for p in servers)
             t_end = time.time()
 
@@ -277,6 +312,7 @@ class Bench:
                               - (c_r1[2] - c_r0_rest[2]) - (c_r1[4] - c_r0_rest[4])),
             "wall": t_end - t_restart,
             "listening_after": t_listening - t_restart,
+            "busiest1s": busy_r.busiest(),
         }
         r["steady"] = {
             "server_cpu": c_s1[0] - c_s0[0],
@@ -284,6 +320,7 @@ class Bench:
             "kprism_cpu": c_s1[2] - c_s0[2],
             "others_cpu": max(0.0, (c_s1[3] - c_s0[3]) - sum(c_s1[i] - c_s0[i] for i in (0, 1, 2, 4))),
             "wall": t_kill - t_s0,
+            "busiest1s": busy_s.busiest(),
         }
         for key, ev, lo, hi in (("restart", ev2, w0, w1), ("steady", ev1, t_s0, t_kill)):
             hs = between(ev["full"] + ev["resumed"], lo, hi)
@@ -301,7 +338,7 @@ class Bench:
         # Cross-check of the stand-ins' lines against kprism's own count over the whole round.
         served = sum(len(ev[k]) for ev in (ev1, ev2) for k in ("full", "resumed"))
         log(f"{tag}: handshakes over the round: stand-ins logged {served}, kprism counted "
-            f"{metrics_hs if metrics_hs is not None else 'n/a'} (kprism_tls_handshakes_total, read a moment later)")
+            f"{metrics_hs if metrics_hs is not None else 'n/a'} (kprism_tls_handshakes_total, read one kprism after another before the end: a few probes fewer)")
         rs = r["restart"]
         log(f"{tag}: after the restart: server CPU {rs['server_cpu'] * 1000:.0f} ms, {rs['conns']} connections, "
             f"{rs['full']} full + {rs['resumed']} resumed handshakes, max {rs['max100ms']}/100 ms "
@@ -393,6 +430,7 @@ ROWS = [
     ("store CPU (ms)", lambda r: r["restart"]["store_cpu"] * 1000, "{:.0f}"),
     ("kprism CPU, all processes (ms)", lambda r: r["restart"]["kprism_cpu"] * 1000, "{:.0f}"),
     ("other processes' CPU meanwhile (ms)", lambda r: r["restart"]["others_cpu"] * 1000, "{:.0f}"),
+    (f"machine's busiest 1 s, cores busy (of {os.cpu_count()})", lambda r: r["restart"]["busiest1s"], "{:.2f}"),
     ("all serve processes listening, after (ms)", lambda r: r["restart"]["listening_after"] * 1000, "{:.0f}"),
     ("serve start-up CPU until listening, not above (ms)", lambda r: r["restart"]["startup_cpu"] * 1000, "{:.0f}"),
     ("STEADY, same length before the kill: server CPU (ms)", lambda r: r["steady"]["server_cpu"] * 1000, "{:.0f}"),
@@ -403,6 +441,7 @@ ROWS = [
      lambda r: (r["steady"]["max100ms"], r["steady"]["max1s"]), None),
     ("steady: kprism CPU, all processes (ms)", lambda r: r["steady"]["kprism_cpu"] * 1000, "{:.0f}"),
     ("steady: other processes' CPU (ms)", lambda r: r["steady"]["others_cpu"] * 1000, "{:.0f}"),
+    ("steady: machine's busiest 1 s, cores busy", lambda r: r["steady"]["busiest1s"], "{:.2f}"),
 ]
 
 
