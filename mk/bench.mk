@@ -27,7 +27,7 @@ $(BUILD)/bench/micro: $(BUILD)/bench/obj/micro.o $(BUILD)/libkprism.a
 
 -include $(wildcard $(BUILD)/bench/obj/*.d)
 
-.PHONY: bench bench-failover bench-probes bench-probes-go bench-busy bench-compare bench-deps
+.PHONY: bench bench-failover bench-probes bench-probes-go bench-probe-restart bench-busy bench-compare bench-deps
 
 # Micro-benchmarks (about 30 s; see bench/RESULTS.md): BENCH_ARGS=--benchmark_filter=Pick etc.
 ## BENCH_ARGS=: passed to build/bench/micro, e.g. --benchmark_filter=Pick
@@ -47,6 +47,22 @@ bench-probes: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost 
 bench-probes-go: $(BUILD)/kprism $(BUILD)/kprism-apiserver $(BUILD)/bench/probe_cost ## CPU per 1000 probes on the Go apiserver stand-in: TLS 1.3 and 1.2, full and resumed; cores at 5000 nodes (about 75 s)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) $(BUILD)/bench/probe_cost $(SECONDS) --apiserver $(abspath $(BUILD)/kprism-apiserver)$(if $(PROBE_PATH), --path $(PROBE_PATH))
 
+# What a restart of one apiserver costs it in the first 10 s with NODES (1000) nodes probing it
+# (issue 15; bench/restart_cost.py, bench/RESULTS.md): 10 Go stand-in `serve` processes on one store
+# are the apiserver, NODES/10 kprism processes with the 10 as endpoints are the nodes (default health
+# settings); all 10 are SIGKILLed and restarted 3 s later with new session-ticket keys. Server CPU,
+# connections, full and resumed handshakes, requests, the most handshakes in 100 ms and in 1 s, and
+# when every prober had it up again. About 85 s per binary at ROUNDS=2. KPRISM_BEFORE=path measures
+# that binary too, alternating with the other round by round, and prints after/before;
+# RESTART_ARGS= passes more options (--steady, --down, --window, --kprism-args "FLAGS", --keep).
+## KPRISM_BEFORE=: an earlier kprism that `make bench-probe-restart` measures beside KPRISM_BIN, alternating
+## NODES=1000 ROUNDS=2: probers (a multiple of 10) and rounds per binary of `make bench-probe-restart`
+## RESTART_ARGS=: more options for bench/restart_cost.py (`make bench-probe-restart`)
+bench-probe-restart: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what an apiserver restart costs it in its first 10 s with 1000 nodes (about 85 s; KPRISM_BEFORE= compares)
+	python3 bench/restart_cost.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) \
+		--apiserver $(abspath $(BUILD)/kprism-apiserver) $(if $(KPRISM_BEFORE),--kprism-before $(KPRISM_BEFORE)) \
+		--nodes $(or $(NODES),1000) --rounds $(or $(ROUNDS),2) $(RESTART_ARGS)
+
 # Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover ## failover timing with default health settings (about 90 s)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
@@ -61,7 +77,7 @@ bench-busy: $(BUILD)/kprism ## RSS with 100-1000 stalled busy connections, for m
 # `make bench-deps`): see bench/RESULTS.md. RUNS (3), DURATION (10 s) and the other knobs are
 # bench/compare.sh's environment; KPRISM_BIN=path measures another binary; SMOKE=1 only checks
 # correctness (1 s runs, exit status 1 on a mismatch).
-## KPRISM_BIN=path: the binary `make bench-compare` measures (default: $(BUILD)/kprism)
+## KPRISM_BIN=path: the binary `make bench-compare` and `make bench-probe-restart` measure (default: $(BUILD)/kprism)
 ## SMOKE=1: `make bench-compare` only checks that each proxy passes exact bytes
 bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost ## kprism vs HAProxy vs nginx stream vs direct, one table (about 6 min; bench-deps)
 	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \

@@ -61,6 +61,7 @@ type options struct {
 	minRequestTimeout time.Duration
 	version           string
 	name              string
+	logConnections    bool
 }
 
 type server struct {
@@ -296,6 +297,9 @@ func runServe(ctx context.Context, opt options) error {
 		addr = ln.Addr().String()
 	}
 	srv := &http.Server{Handler: s.handler(), TLSConfig: tlsCfg, ErrorLog: log.New(ioDiscard{}, "", 0)}
+	if opt.logConnections {
+		logConnections(srv, tlsCfg)
+	}
 
 	stop := make(chan struct{})
 	var stopOnce sync.Once
@@ -401,6 +405,7 @@ func serveFlags(args []string) (options, error) {
 	fs.DurationVar(&o.minRequestTimeout, "min-request-timeout", 1800*time.Second, "length of a watch without timeoutSeconds")
 	fs.StringVar(&o.version, "version", "v1.32.0", "gitVersion served at /version")
 	fs.StringVar(&o.name, "name", "", "name in the log lines")
+	fs.BoolVar(&o.logConnections, "log-connections", false, "log every accepted connection, TLS handshake and request with its time (test only, for benches)")
 	// kube-apiserver's own spellings of the certificate flags, as the brief also names them.
 	fs.StringVar(&o.certFile, "cert-file", "", "same as --tls-cert-file")
 	fs.StringVar(&o.keyFile, "key-file", "", "same as --tls-private-key-file")
