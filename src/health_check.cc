@@ -427,6 +427,9 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
     if (phase_ == Phase::idle) return;
     const bool phase_was_response = phase_ == Phase::awaiting_response && r != CheckResult::tls_failed &&
                                     r != CheckResult::timeout;
+    // Past the handshake, the TLS session is sound however the request went (a timeout, say): it
+    // stays resumable, or a struggling apiserver would get a full handshake from every node next.
+    const bool session_sound = phase_ == Phase::awaiting_response && r != CheckResult::tls_failed;
     phase_ = Phase::idle;
     uv_timer_stop(&deadline_);
     // The kept connection ended before a byte of the answer (the apiserver closed it as the
@@ -438,7 +441,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
         ++up_.probe_connections_ended;
         retried_ = true;
         --probes_;
-        close_connection(false);
+        close_connection(session_sound);
         begin_when_closed_ = true;
         return;
     }
@@ -454,8 +457,9 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
             up_.probe_local_port = ntohs(local.ss_family == AF_INET6
                                              ? reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port
                                              : reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
-    } else
-        close_connection(phase_was_response);
+    } else {
+        close_connection(session_sound);
+    }
     reused_ = false;
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
     // From the connect (the request, on the kept connection), when the deadline started: the time

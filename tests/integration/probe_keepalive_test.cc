@@ -151,3 +151,18 @@ TEST(ProbeKeepalive, ClosedBeforeAnAnswerMovesToANewConnectionOnce) {
     EXPECT_EQ(k.count_output("msg=\"health check failed\""), 1u) << "one probe, one result";
     a.set("200");
 }
+
+// A probe that timed out after its handshake leaves the TLS session resumable: the next probe
+// of a struggling apiserver costs it no full handshake.
+TEST(ProbeKeepalive, TimeoutAfterTheHandshakeKeepsTheSession) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    Kprism k({a.addr()}, flags(pki, {"--health-interval", "1s", "--health-timeout", "300ms", "--health-fast-interval",
+                                     "500ms", "--health-new-connection-interval", "0"}));
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr()));
+    a.set("slow 600");
+    ASSERT_TRUE(eventually([&] { return a.proc->count_output("handshake resumed=") >= 5; }, 10000ms));
+    EXPECT_EQ(a.proc->count_output("handshake resumed=0"), 1u) << a.proc->output();
+    EXPECT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + a.addr() + " was=up reason=\"timeout:"))
+        << "the probes did time out: " << k.output();
+}
