@@ -63,6 +63,16 @@ bench-probe-restart: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what an apiser
 		--apiserver $(abspath $(BUILD)/kprism-apiserver) $(if $(KPRISM_BEFORE),--kprism-before $(KPRISM_BEFORE)) \
 		--nodes $(or $(NODES),1000) --rounds $(or $(ROUNDS),2) $(RESTART_ARGS)
 
+# Issue 15: probes on the kept connection (health.new_connection_interval 30 s, the default) against
+# a new, resumed, TLS connection per probe (0), on the Go stand-in, the two taking turns, at about
+# 1, 100 and 1000 probes/s (1, 2 and 11 kprism processes): its CPU per 1000 probes, kprism's, the
+# handshakes, and the cores at 5000 nodes (about 4 minutes; PROBE_PATH as above). See bench/RESULTS.md.
+## KEEPALIVE_ARGS=: passed to probe_cost by bench-probes-kept, e.g. --tls 1.2 --rates 100,1000
+.PHONY: bench-probes-kept
+bench-probes-kept: $(BUILD)/kprism $(BUILD)/kprism-apiserver $(BUILD)/bench/probe_cost ## CPU per 1000 probes on the Go stand-in, kept connection vs a new one per probe, at 1, 100 and 1000/s (about 4 min)
+	KPRISM_BIN=$(abspath $(BUILD)/kprism) $(BUILD)/bench/probe_cost --apiserver $(abspath $(BUILD)/kprism-apiserver) \
+		--keepalive-compare$(if $(PROBE_PATH), --path $(PROBE_PATH)) $(KEEPALIVE_ARGS)
+
 # Failover timing with default health settings (about 90 s): see bench/RESULTS.md.
 bench-failover: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/failover ## failover timing with default health settings (about 90 s)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) $(BUILD)/bench/failover all $(RUNS)
