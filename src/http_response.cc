@@ -103,7 +103,7 @@ HttpResponseParser::State HttpResponseParser::parse() {
 }
 
 bool HttpResponseParser::reusable() const {
-    return state_ == State::done && http11_ && !conn_close_ && !chunked_ && content_length_ >= 0 &&
+    return for_reuse_ && state_ == State::done && http11_ && !conn_close_ && !chunked_ && content_length_ >= 0 &&
            header_end_ > 0 && buf_.size() - header_end_ == static_cast<size_t>(content_length_);
 }
 

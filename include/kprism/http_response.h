@@ -36,8 +36,8 @@ public:
     const std::string& error() const { return error_; }
     // The connection can carry another request: an HTTP/1.1 response, done, with a Content-Length
     // body read exactly to its end (nothing after it), no "Connection: close" and no
-    // Transfer-Encoding. With `whole_body_for_reuse`, a 2xx waits for its body too (else done at
-    // its headers).
+    // Transfer-Encoding; and only with `whole_body_for_reuse`, which makes a 2xx wait for its body
+    // too (else done at its headers).
     bool reusable() const;
     size_t buffered() const { return buf_.size(); }  // bytes kept so far, at most max_bytes (tests, fuzzing)
 
