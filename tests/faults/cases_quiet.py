@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from faultlib import admin
 from faultlib.cleanup import Scope
 from faultlib.cluster import Kprism, Upstream
-from faultlib.scenario import FAST, INTERVAL, RECOVER_BOUND, TIMEOUT, fmt
+from faultlib.scenario import FAST, INTERVAL, RECOVER_BOUND, TIMEOUT, _log_first, fmt
 
 NEW_CONNECTION_INTERVAL = 30.0  # kprism's default health.new_connection_interval
 SLACK = 0.5
@@ -54,11 +54,6 @@ def faults():
         QuietFault("quiet-syn-drop", lambda a: a.ns.drop_syn(), lambda a: a.ns.heal(),
                    NEW_CONNECTION_INTERVAL + INTERVAL + 2 * TIMEOUT, NEW_CONNECTION_INTERVAL),
     ]
-
-
-def _log_first(k, needle, after_wall):
-    ts = [t for t in admin.log_times(k.output(), needle) if t >= after_wall - 0.002]
-    return ts[0] if ts else None
 
 
 def run_one(env, rep, f, rng=random):
