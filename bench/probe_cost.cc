@@ -224,6 +224,14 @@ void slice(GoMode& m, const Pki& pki, const Process& store, const std::string& p
     m.wall_s += wall;
 }
 
+// The Go stand-ins' shared store on a unix socket; an empty Process (said why) if it did not start.
+Process start_store(const std::string& bin, const std::string& sock) {
+    Process store({bin, "store", "--listen", "unix:" + sock});
+    if (store.wait_output("event=store-listening", 10000ms)) return store;
+    fprintf(stderr, "probe_cost: the store did not start:\n%s\n", store.output().c_str());
+    return Process();
+}
+
 int run_go(const std::string& bin, const std::string& path, int seconds, int rounds) {
     printf("# readiness probe cost: 8 Go kube-apiserver stand-ins per mode (%s, crypto/tls + net/http) on one "
            "store, probes of %s every 100 ms, %d s per mode in %d interleaved slices\n",
@@ -231,11 +239,8 @@ int run_go(const std::string& bin, const std::string& path, int seconds, int rou
     fflush(stdout);
     Pki pki;
     std::string sock = pki.dir + "/store.sock";
-    Process store({bin, "store", "--listen", "unix:" + sock});
-    if (!store.wait_output("event=store-listening", 10000ms)) {
-        fprintf(stderr, "probe_cost: the store did not start:\n%s\n", store.output().c_str());
-        return 1;
-    }
+    Process store = start_store(bin, sock);
+    if (store.pid() <= 0) return 1;
     // Every mode's stand-ins run from the start (idle ones cost well under 1 ms of CPU per
     // second each), and the modes take turns, so that drift on a shared machine hits all four.
     std::array<GoMode, 4> modes{GoMode{"1.3", false}, GoMode{"1.3", true}, GoMode{"1.2", false}, GoMode{"1.2", true}};
@@ -450,11 +455,8 @@ int run_keepalive(const std::string& bin, const std::string& path, const std::st
     auto started = Clock::now();
     Pki pki;
     std::string sock = pki.dir + "/store.sock";
-    Process store({bin, "store", "--listen", "unix:" + sock});
-    if (!store.wait_output("event=store-listening", 10000ms)) {
-        fprintf(stderr, "probe_cost: the store did not start:\n%s\n", store.output().c_str());
-        return 1;
-    }
+    Process store = start_store(bin, sock);
+    if (store.pid() <= 0) return 1;
     std::array<GoMode, 2> sets{GoMode{tls, true}, GoMode{tls, true}};  // [0] kept, [1] new
     start_servers(sets[0], bin, pki, sock, "kept");
     start_servers(sets[1], bin, pki, sock, "new");
