@@ -12,6 +12,9 @@
 #  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, and a broken copy
 #    per rule fails for that rule (writable mount, root with capabilities, non-root with the
 #    kubelet key, memory under max_connections, a mount of the host PKI with keys);
+#  - packaging/kubernetes/kprism-discovery-rbac.yaml grants exactly get/list/watch on
+#    discovery.k8s.io endpointslices to the group system:nodes (tests/packaging/check_rbac.py),
+#    and broken copies fail;
 #  - every packaging/examples/*.toml names its deploy path and is right for it
 #    (tests/packaging/example_paths.py), broken copies fail;
 #  - every packaging/examples/*.toml, packaging/kubernetes/kprism.toml and
@@ -195,6 +198,23 @@ reject "static pod: non-root (65532) with kprism.toml naming kubelet's key is re
 pod_reject "a memory limit below max_connections' need" "memory limit covers max_connections" 's/memory: 192Mi/memory: 64Mi/'
 pod_reject "mounting /etc/kubernetes/pki (the CA's key)" "no mount exposes a host directory" \
     's|/etc/kubernetes/pki/ca.crt$|/etc/kubernetes/pki|; s/type: File$/type: Directory/'
+
+# --- discovery RBAC ---
+RBAC=packaging/kubernetes/kprism-discovery-rbac.yaml
+CR=tests/packaging/check_rbac.py
+check "rbac: $RBAC grants get/list/watch on endpointslices to system:nodes" /usr/bin/python3 $CR
+# rbac_reject NAME RULE SED-EXPR: the RBAC file changed by SED-EXPR must fail, for RULE.
+rbac_reject() {
+    sed "$3" $RBAC > "$tmp/rbac-mutant.yaml"
+    reject "rbac: $1 is rejected" caught_by "$2" /usr/bin/python3 $CR "$tmp/rbac-mutant.yaml"
+}
+rbac_reject "a wildcard verb" "one rule" 's/verbs: \["get", "list", "watch"\]/verbs: ["*"]/'
+rbac_reject "an extra verb (create)" "one rule" 's/"watch"\]/"watch", "create"]/'
+rbac_reject "endpoints instead of endpointslices" "one rule" 's/resources: \["endpointslices"\]/resources: ["endpoints"]/'
+rbac_reject "the core API group" "one rule" 's/apiGroups: \["discovery.k8s.io"\]/apiGroups: [""]/'
+rbac_reject "bound to system:authenticated" "one subject: Group system:nodes" 's/name: system:nodes/name: system:authenticated/'
+rbac_reject "bound to a User" "one subject: Group system:nodes" 's/kind: Group/kind: User/'
+rbac_reject "no SPDX line" "SPDX line first" '1d'
 
 # --- example configurations ---
 # Each example names the deploy path it is for, and its certificate paths must be the ones that
