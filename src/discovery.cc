@@ -67,7 +67,7 @@ void Discovery::begin() {
     }
     via_ = up[random_below(n)];
     st_.via = via_->name;
-    send(!st_.resource_version.empty() && !relist_);
+    send(!st_.resource_version.empty() && !relist_ && !list_next_);
 }
 
 void Discovery::send(bool watch) {
@@ -86,6 +86,7 @@ void Discovery::send(bool watch) {
         phase_ = Phase::listing;
         st_.state = "listing";
         relist_ = false;
+        list_next_ = false;
     }
     std::string req = fmt::format(
         "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
@@ -114,6 +115,9 @@ bool Discovery::on_data(std::string_view bytes) {
     }
     if (!ok) {
         req_ = nullptr;
+        // A watch that broke on what it carried (an event past a bound, or malformed) would get
+        // the same event again from the same resourceVersion: the retry lists instead.
+        if (phase_ == Phase::watching) list_next_ = true;
         failed(fail_.empty() ? "bad response: " + http_.error() : fail_);
         return false;
     }

@@ -72,6 +72,7 @@ private:
     std::string body_;  // the list response, at most kMaxSliceListBytes
     std::string fail_;  // why a response was refused, set while parsing it
     bool relist_ = false;  // the watch said 410: list again at once
+    bool list_next_ = false;  // the watch broke on its content: the retry lists
     uint64_t watch_started_ms_ = 0;
     uint64_t backoff_ms_ = 0;
     bool forbidden_logged_ = false;
