@@ -1,0 +1,671 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
+"""Discovery (issue 16) against the real kprism and the Go kube-apiserver stand-ins, whose lease
+endpoint reconciler keeps the default/kubernetes EndpointSlice. See tests/discovery/README.md.
+
+Usage: run.py KPRISM_BIN APISERVER_BIN [--only a,b,...]
+Cases: f discovery off; a an apiserver added then one removed, under load; b the snapshot written,
+then used at a start with the API unreachable; c corrupt snapshots ignored; e a discovered address
+that fails readiness never used, also failing open; g IPv6; d the slices briefly list nothing.
+Prints `discovery: ok/FAIL/info:` lines and last `discovery: N passed, M failed`; exit 1 on a failure.
+
+The stand-ins of one discovery test share one port on 127.0.0.11-14 (the slice is built from the
+first port subset only). They run --anonymous-auth, so that a kprism with a client certificate of a
+foreign CA passes its /readyz checks as system:anonymous while its list of the slices is forbidden:
+that is how these tests keep the API unreachable for discovery while the apiservers serve."""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "scenarios"), os.path.join(HERE, "..", "faults")]
+
+from faultlib import cleanup  # noqa: E402
+from faultlib.procs import wait_until  # noqa: E402
+from faultlib.report import Report  # noqa: E402
+import balancers  # noqa: E402
+import cluster as clu  # noqa: E402
+import load as ld  # noqa: E402
+
+report = Report(prefix="discovery")
+ok, fail, info, check = report.ok, report.fail, report.info, report.check
+
+ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14"]
+UNREADY = "127.0.0.15"  # a stand-in on its own store with etcd lost: /readyz fails
+NOBODY = "127.0.0.19"  # nothing listens there
+SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+SELECTOR = "?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes"
+# Stand-in timings: the brief's quick ones; a shutdown that fails /readyz 2 s before it stops
+# accepting, then answers 429 Retry-After (as scenario 1a), so that a graceful removal fails nothing.
+STANDIN_FLAGS = ["--endpoint-lease-ttl", "3s", "--endpoint-reconcile-interval", "1s", "--watch-bookmark-interval", "2s",
+                 "--etcd-request-timeout", "1s", "--anonymous-auth", "--log-connections",
+                 "--shutdown-delay-duration", "2s", "--shutdown-send-retry-after"]
+KPRISM_FLAGS = ["--health-interval", "1s", "--health-timeout", "800ms", "--health-fast-interval", "300ms",
+                "--drain-timeout", "5s", "--health-new-connection-interval", "0"]
+
+
+def shared_port(addrs):
+    """One port free on every address."""
+    for _ in range(50):
+        p = clu.free_port(addrs[0])
+        try:
+            for a in addrs[1:]:
+                with socket.socket() as s:
+                    s.bind((a, p))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every address")
+
+
+def start_store(binary, d, name):
+    path = f"{d}/{name}.sock"
+    log = open(os.path.join(d, f"{name}.log"), "w")
+    p = subprocess.Popen([binary, "store", "--listen", f"unix:{path}"], stdout=log, stderr=log)
+    cleanup.register(name, lambda: clu._kill(p))
+    if not wait_until(lambda: os.path.exists(path), 10):
+        raise RuntimeError(f"{name} did not start")
+    return path
+
+
+class Plane:
+    """The store, the stand-ins a1-a3 (a4 started by case a) on one port, the admin client; and
+    what Kprism() needs of a cluster (endpoints, by_addr, pki)."""
+
+    def __init__(self, binary, d):
+        self.binary, self.d = binary, d
+        self.pki = clu.Pki(d, extra_ips=[ADDRS[3], UNREADY, "::1"])
+        self.ctx = ld.tls_context(self.pki)
+        self.store = start_store(binary, d, "store")
+        self.port = shared_port(ADDRS + [UNREADY])
+        self.servers = [clu.Apiserver(binary, d, self.pki, i + 1, addr=a, port=self.port) for i, a in enumerate(ADDRS)]
+        for s in self.servers[:3]:
+            s.start(*STANDIN_FLAGS)
+        self.foreign = self._foreign_pem()
+
+    def _foreign_pem(self):
+        """A client certificate of another CA: /readyz passes as anonymous, the list is forbidden."""
+        d = os.path.join(self.d, "foreign")
+        os.mkdir(d)
+        return clu.Pki(d).kubelet_pem
+
+    @property
+    def endpoints(self):
+        return [s.endpoint for s in self.servers[:3]]
+
+    def by_addr(self):
+        return {s.endpoint: s.name for s in self.servers}
+
+    def running(self):
+        return [s for s in self.servers if s.proc is not None and s.proc.poll() is None]
+
+    def api(self, method, path, body=None, via=None):
+        """(status, decoded body) of one admin request to a running stand-in (via, or the first)."""
+        s = via or self.running()[0]
+        host = s.addr
+        c = http.client.HTTPSConnection(host, s.port, context=self.ctx, timeout=5)
+        try:
+            c.request(method, path, json.dumps(body) if body is not None else None,
+                      {"Content-Type": "application/json"} if body is not None else {})
+            r = c.getresponse()
+            data = r.read()
+        finally:
+            c.close()
+        try:
+            return r.status, json.loads(data) if data else None
+        except ValueError:
+            return r.status, data
+
+    def slice_endpoints(self):
+        """{endpoint} of the default/kubernetes slice now."""
+        st, doc = self.api("GET", f"{SLICES}/kubernetes")
+        if st != 200:
+            return set()
+        port = doc["ports"][0]["port"] if doc.get("ports") else 0
+        return {f"{e['addresses'][0]}:{port}" for e in doc.get("endpoints") or []}
+
+    def wait_slice(self, want, seconds=15):
+        return wait_until(lambda: self.slice_endpoints() == set(want), seconds, 0.1)
+
+    def post_slice(self, name, address_type, endpoints, port, ready=True, extra=None):
+        eps = [{"addresses": [a], "conditions": {"ready": ready}} for a in endpoints] + list(extra or [])
+        body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                "addressType": address_type, "endpoints": eps,
+                "ports": [{"name": "https", "protocol": "TCP", "port": port}]}
+        st, doc = self.api("POST", SLICES, body)
+        if st != 201:
+            raise RuntimeError(f"POST slice {name}: {st} {doc}")
+
+    def delete_slice(self, name):
+        return self.api("DELETE", f"{SLICES}/{name}")[0]
+
+
+class Node:
+    """One kprism with discovery flags; its log, status, metrics and upstreams by address."""
+
+    def __init__(self, run, tag, static, discovery=True, cert=None, snapshot=None, extra=()):
+        self.run, self.tag = run, tag
+        self.snapshot = snapshot if snapshot is not None else os.path.join(run.d, f"{tag}-snapshot", "discovery.json")
+        os.makedirs(os.path.dirname(self.snapshot), exist_ok=True)
+        flags = KPRISM_FLAGS + ["--discovery-snapshot-file", self.snapshot] + (["--enable-discovery"] if discovery else [])
+        self.k = balancers.Kprism(run.d, tag, run.args.kprism, run.pl, cert or run.pl.pki.kubelet_pem,
+                                  flags + list(extra), endpoints=static)
+        self.port = self.k.port
+        if not wait_until(lambda: self.status() is not None or self.k.proc.poll() is not None, 10, 0.05) \
+                or self.k.proc.poll() is not None:
+            raise RuntimeError(f"kprism {tag} did not start: {self.log()[-1500:]}")
+
+    def status(self):
+        return self.k.status()
+
+    def ups(self):
+        """{address: upstream entry} from /status."""
+        return {u["address"]: u for u in (self.status() or {}).get("upstreams", [])}
+
+    def discovery(self):
+        return (self.status() or {}).get("discovery") or {}
+
+    def log(self):
+        with open(self.k.log_path, errors="replace") as f:
+            return f.read()
+
+    def count(self, msg):
+        return self.log().count(f'msg="{msg}')
+
+    def metric(self, name, label=""):
+        """Sum of the samples of `name` whose labels contain `label`."""
+        total = 0.0
+        for line in self.k.metrics().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                if label in line:
+                    total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def wait_ups(self, want, seconds=15):
+        """Until /status lists exactly `want` ({address: (source, state)}; state None: any)."""
+        def good():
+            u = self.ups()
+            return set(u) == set(want) and all(u[a].get("source") == s and (st is None or u[a].get("state") == st)
+                                                for a, (s, st) in want.items())
+        return wait_until(good, seconds, 0.1)
+
+    def brief(self):
+        return {a: (u.get("source"), u.get("state")) for a, u in self.ups().items()}
+
+    def stop(self):
+        p = self.k.proc
+        if p.poll() is None:
+            p.terminate()
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        return p.returncode
+
+
+def get_through(ctx, port, n=10, path="/version"):
+    """n GETs on new connections through kprism: [(status or error name, X-Standin-Name)]."""
+    out = []
+    for _ in range(n):
+        c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
+        try:
+            c.request("GET", path, headers={"Connection": "close"})
+            r = c.getresponse()
+            r.read()
+            out.append((r.status, r.getheader("X-Standin-Name", "")))
+        except (OSError, http.client.HTTPException) as e:
+            out.append((type(e).__name__, ""))
+        finally:
+            c.close()
+    return out
+
+
+def held_gets(ctx, port, n=12, path="/version"):
+    """n connections opened at once through kprism, one GET on each while all are open: who answered."""
+    conns, out = [], []
+    try:
+        for _ in range(n):
+            conns.append(http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5))
+            conns[-1].connect()
+        for c in conns:
+            try:
+                c.request("GET", path)
+                r = c.getresponse()
+                r.read()
+                out.append((r.status, r.getheader("X-Standin-Name", "")))
+            except (OSError, http.client.HTTPException) as e:
+                out.append((type(e).__name__, ""))
+    finally:
+        for c in conns:
+            c.close()
+    return out
+
+
+def load_failures(lo):
+    rows = [r for r in lo.log.rows if r[1] in ("keepalive", "newconn", "holder") and r[2] != "retried"]
+    bad = [r for r in rows if r[2] in ("fail", "error")]
+    return len(bad), len(rows), bad[:5]
+
+
+class Run:
+    def __init__(self, args):
+        self.args = args
+        self.d = tempfile.mkdtemp(prefix="kprism-discovery-")
+        self.pl = Plane(args.apiserver, self.d)
+        self.a1, self.a2, self.a3, self.a4 = self.pl.servers
+        if not self.pl.wait_slice(self.pl.endpoints):
+            raise RuntimeError(f"the slice does not list a1-a3: {self.pl.slice_endpoints()}")
+        self.rv = ld.create_target(self.pl.ctx, self.a1)
+        self.store2 = None
+
+    def second_store(self):
+        """A store of its own for stand-ins that must not enter the default/kubernetes slice."""
+        if not self.store2:
+            self.store2 = start_store(self.args.apiserver, self.d, "store2")
+        return self.store2
+
+    def all_ready(self, servers):
+        return {s.endpoint: ("discovered", "up") for s in servers}
+
+    # f: discovery off behaves as before and asks nothing of discovery.k8s.io.
+    def case_f(self):
+        logs = {s.name: os.path.getsize(s.log_path) for s in self.pl.running()}
+        n = Node(self, "f", self.pl.endpoints, discovery=False)
+        want = {e: ("static", "up") for e in self.pl.endpoints}
+        check(n.wait_ups(want, 15), "f: discovery off: /status lists the static list, every source static, all up",
+              str(n.brief()))
+        lo = ld.Load(self.pl.ctx, n.port, requesters=2, holders=6)
+        lo.start(self.rv)
+        wait_until(lambda: len(lo.log.rows) > 60, 15, 0.2)
+        lo.finish()
+        bad, total, sample = load_failures(lo)
+        check(bad == 0 and total > 0, f"f: no failed request ({bad} of {total})", str(sample))
+        disc = n.discovery()
+        check(disc.get("enabled") is False and disc.get("state") == "off",
+              f"f: /status discovery enabled=false state=off ({disc.get('enabled')}, {disc.get('state')})")
+        check(n.metric("kprism_discovery_lists_total") == 0, "f: kprism_discovery_lists_total 0")
+        n.stop()
+        check(not os.path.exists(n.snapshot), "f: no snapshot written with discovery off")
+        hits = []
+        for s in self.pl.running():
+            with open(s.log_path, errors="replace") as f:
+                f.seek(logs[s.name])
+                hits += [line.strip() for line in f if "path=/apis/discovery.k8s.io" in line]
+        check(not hits, f"f: no request to /apis/discovery.k8s.io reached any apiserver ({len(hits)})",
+              "; ".join(hits[:3]))
+        check("discovery" not in n.log().lower(), "f: kprism logs nothing about discovery",
+              "; ".join(l for l in n.log().splitlines() if "discovery" in l.lower())[:300])
+
+    # a: a fourth apiserver added, then a discovered one removed, three nodes under load.
+    def case_a(self):
+        a1, a2, a3, a4 = self.a1, self.a2, self.a3, self.a4
+        nodes = [Node(self, f"a-node{i}", [a1.endpoint]) for i in range(3)]
+        want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3])}
+        for n in nodes:
+            check(n.wait_ups(want, 15), f"a: {n.tag} has a1 static and a2, a3 discovered, all up", str(n.brief()))
+        disc = nodes[0].discovery()
+        check(disc.get("state") == "watching" and disc.get("lists", 0) >= 1 and disc.get("endpoints") == 3,
+              f"a: /status discovery: watching, lists>=1, endpoints 3 ({disc.get('state')}, {disc.get('lists')}, "
+              f"{disc.get('endpoints')})")
+        loads = [ld.Load(self.pl.ctx, n.port, requesters=2, holders=8) for n in nodes]
+        for lo in loads:
+            lo.start(self.rv)
+        wait_until(lambda: all(all(lo.holder_server) for lo in loads), 15, 0.2)
+        t0 = time.monotonic()
+        a4.start(*STANDIN_FLAGS)
+        want4 = {**want, **self.all_ready([a4])}
+        for n in nodes:
+            got = n.wait_ups(want4, 15)
+            check(got, f"a: {n.tag} has a4 discovered and up {time.monotonic() - t0:.1f} s after it started (<= 15 s)",
+                  str(n.brief()))
+        for n in nodes:
+            check(n.count("discovery: endpoint discovered; checked before use") >= 1 and a4.endpoint in n.log(),
+                  f"a: {n.tag} logs a4 discovered")
+        t1 = time.monotonic()
+        a2.terminate()
+        want2 = {a1.endpoint: ("static", "up"), **self.all_ready([a3, a4])}
+        for n in nodes:
+            got = n.wait_ups(want2, 15)
+            check(got, f"a: {n.tag} no longer lists a2 {time.monotonic() - t1:.1f} s after its SIGTERM (<= 15 s)",
+                  str(n.brief()))
+            left = [line for line in n.log().splitlines() if "endpoint left the slices" in line]
+            check(len(left) == 1 and a2.endpoint in left[0], f"a: {n.tag} logs a2 leaving once ({len(left)})",
+                  "; ".join(left))
+        a2.wait_exit(30)
+        wait_until(lambda: all(sum(lo.holder_server.count(x) for x in ("", a2.name)) == 0 for lo in loads), 10, 0.2)
+        time.sleep(1)  # a last second of load after a2 is gone: the requests polled above end in it
+        for lo in loads:
+            lo.finish()
+        for n, lo in zip(nodes, loads):
+            bad, total, sample = load_failures(lo)
+            check(bad == 0 and total > 0, f"a: {n.tag}: no failed request while a4 came and a2 left ({bad} of {total})",
+                  str(sample))
+            info(f"a: {n.tag}: {sum(1 for r in lo.log.rows if r[2] == 'retried')} GETs retried on a new connection, "
+                 f"{sum(1 for r in lo.log.rows if r[2] == '429')} answered 429")
+        out = subprocess.run([self.args.kprism, "status", "--health-port", str(nodes[0].k.admin)],
+                             capture_output=True, text=True, timeout=10).stdout
+        lines = out.splitlines()
+        check(any("SOURCE" in line for line in lines) and
+              any(a4.endpoint in line and "discovered" in line for line in lines) and
+              any(a1.endpoint in line and "static" in line for line in lines),
+              "a: kprism status shows a SOURCE column: a1 static, a4 discovered", out[:600])
+        snap = nodes[0].snapshot
+        try:
+            doc = json.load(open(snap))
+        except (OSError, ValueError) as e:
+            doc = {"error": str(e)}
+        got = set(doc.get("endpoints", []))
+        check({a3.endpoint, a4.endpoint} <= got <= {a1.endpoint, a3.endpoint, a4.endpoint},
+              f"a: the snapshot lists a3 and a4 (a1 optional: static), not a2, after the changes ({doc.get('endpoints')})")
+        for n in nodes:
+            n.stop()
+        # Back to a1-a3 for the next cases.
+        a2.start(*STANDIN_FLAGS)
+        a4.terminate()
+        a4.wait_exit(30)
+        if not self.pl.wait_slice(self.pl.endpoints):
+            raise RuntimeError(f"the slice did not return to a1-a3: {self.pl.slice_endpoints()}")
+
+    # b: the snapshot written, then a start with the static list dead and the API unreachable.
+    def case_b(self):
+        ends = self.pl.endpoints
+        w = Node(self, "b-writer", [self.a1.endpoint])
+        path = w.snapshot
+        wrote = wait_until(lambda: (w.discovery().get("snapshot") or {}).get("state") == "written", 15, 0.1)
+        check(wrote, "b: with discovery on kprism writes its snapshot (/status snapshot.state=written)",
+              str(w.discovery().get("snapshot")))
+        try:
+            doc = json.load(open(path))
+        except (OSError, ValueError) as e:
+            doc = {"error": str(e)}
+        ca = hashlib.sha256(open(self.pl.pki.ca, "rb").read()).hexdigest()
+        listed = set(doc.get("endpoints", []))
+        check(doc.get("kind") == "kprism-discovery-snapshot" and doc.get("version") == 1 and doc.get("ca_sha256") == ca
+              and abs(doc.get("written_unix", 0) - time.time()) < 60 and set(ends[1:]) <= listed <= set(ends),
+              "b: the snapshot file: kind, version 1, ca_sha256 of the CA file, written_unix now, a2 and a3 "
+              "(a1 optional: static)", json.dumps(doc))
+        ends = sorted(listed) or ends
+        others = [f for f in os.listdir(os.path.dirname(path)) if f != os.path.basename(path)]
+        check(not others, f"b: nothing else left in the snapshot's directory (no temporary file): {others}")
+        w.stop()
+        dead = f"{NOBODY}:{self.pl.port}"
+        # The API unreachable for discovery: a foreign client certificate (checks pass as anonymous,
+        # the list is forbidden), and the static list is an address where nothing listens.
+        n = Node(self, "b-unreachable", [dead], cert=self.pl.foreign, snapshot=path)
+        want = {dead: ("static", None), **{e: ("snapshot", "up") for e in ends}}
+        check(n.wait_ups(want, 15), "b: static list dead, API unreachable: a1-a3 from the snapshot, source=snapshot, "
+              "checked and up", str(n.brief()))
+        snap = n.discovery().get("snapshot") or {}
+        check(snap.get("state") == "loaded" and isinstance(snap.get("age_seconds"), (int, float))
+              and 0 <= snap["age_seconds"] < 120,
+              f"b: /status discovery.snapshot.state=loaded, age_seconds set ({snap.get('state')}, {snap.get('age_seconds')})")
+        check(n.count("discovery snapshot loaded") == 1, "b: one log line \"discovery snapshot loaded\"")
+        age = n.metric("kprism_discovery_snapshot_age_seconds")
+        check(0 <= age < 120, f"b: kprism_discovery_snapshot_age_seconds {age}")
+        got = get_through(self.pl.ctx, n.port, 9)
+        served = {who for st, who in got if st == 200}
+        check(all(st == 200 for st, _ in got) and served <= {"a1", "a2", "a3"} and served,
+              f"b: requests served through the snapshot's upstreams ({got})")
+        check(wait_until(lambda: n.discovery().get("errors", 0) >= 1, 10, 0.1),
+              f"b: the list is refused meanwhile (discovery errors {n.discovery().get('errors')}, "
+              f"last_error {n.discovery().get('last_error')!r})")
+        forb = n.count("discovery: forbidden; apply packaging/kubernetes/kprism-discovery-rbac.yaml")
+        check(forb == 1, f"b: the 403 logged once per episode as \"discovery: forbidden; ...\" ({forb})")
+        check(n.brief() == {**{dead: ("static", n.brief().get(dead, (None, None))[1])},
+                            **{e: ("snapshot", "up") for e in ends}},
+              "b: still source=snapshot after the failed lists", str(n.brief()))
+        n.stop()
+        # The API reachable: the first list replaces the snapshot's entries.
+        n = Node(self, "b-reachable", [dead], snapshot=path)
+        want = {dead: ("static", None), **{e: ("discovered", "up") for e in self.pl.endpoints}}
+        check(n.wait_ups(want, 15), "b: static list dead, API reachable: the first list through a snapshot upstream "
+              "turns a1-a3 into source=discovered", str(n.brief()))
+        check(n.count("discovery snapshot loaded") == 1, "b: (reachable) the snapshot was loaded first")
+        n.stop()
+        self.snapshot_path = path
+
+    # c: corrupt, foreign, old and future snapshots: one warning each, start from the static list.
+    def case_c(self):
+        a1, a2 = self.a1, self.a2
+        ca = hashlib.sha256(open(self.pl.pki.ca, "rb").read()).hexdigest()
+        now = int(time.time())
+
+        def doc(**kw):
+            d = {"kind": "kprism-discovery-snapshot", "version": 1, "written_unix": now - 10, "ca_sha256": ca,
+                 "endpoints": [a2.endpoint]}
+            d.update(kw)
+            return json.dumps(d).encode()
+
+        good = doc()
+        variants = {
+            "truncated": good[:len(good) // 2],
+            "garbage": os.urandom(300),
+            "empty": b"",
+            "wrong-kind": doc(kind="kubeprism-snapshot"),
+            "wrong-version": doc(version=2),
+            "foreign-ca": doc(ca_sha256=hashlib.sha256(b"another CA").hexdigest()),
+            "too-old": doc(written_unix=now - 7200),
+            "future": doc(written_unix=now + 3600),
+            "too-big": doc(endpoints=[a2.endpoint] + [f"10.0.{i // 250}.{i % 250 + 1}:6443" for i in range(4000)]),
+            "deep": b"[" * 1000 + b"]" * 1000,
+            "unreadable": None,  # a directory at the path
+        }
+        nodes = {}
+        for name, data in variants.items():
+            path = os.path.join(self.d, f"c-{name}", "discovery.json")
+            os.makedirs(os.path.dirname(path))
+            if data is None:
+                os.mkdir(path)
+            else:
+                with open(path, "wb") as f:
+                    f.write(data)
+            nodes[name] = Node(self, f"c-{name}", [a1.endpoint], cert=self.pl.foreign, snapshot=path,
+                               extra=["--discovery-snapshot-max-age", "1h"])
+        want = {a1.endpoint: ("static", "up")}
+        for name, n in nodes.items():
+            up = n.wait_ups(want, 15)
+            warned = wait_until(lambda: n.count("discovery snapshot ignored") >= 1, 5, 0.1)
+            lines = [line for line in n.log().splitlines() if "discovery snapshot ignored" in line]
+            snap = n.discovery().get("snapshot") or {}
+            check(up and warned and len(lines) == 1 and snap.get("state") == "ignored" and n.k.proc.poll() is None,
+                  f"c: {name}: one warning \"discovery snapshot ignored\", snapshot.state=ignored, serving from the static "
+                  f"list alone", f"{n.brief()} lines={lines} snapshot={snap}")
+            if lines:
+                info(f"c: {name}: {lines[0][lines[0].find('msg='):][:200]}")
+        missing = Node(self, "c-missing", [a1.endpoint], cert=self.pl.foreign,
+                       snapshot=os.path.join(self.d, "c-missing", "discovery.json"))
+        nodes["missing"] = missing
+        state = wait_until(lambda: (missing.discovery().get("snapshot") or {}).get("state"), 10, 0.1)
+        check(missing.wait_ups(want, 15) and state == "none" and missing.count("discovery snapshot ignored") == 0,
+              f"c: missing: no snapshot yet is no warning (snapshot.state {state})", str(missing.brief()))
+        for name, n in nodes.items():
+            got = get_through(self.pl.ctx, n.port, 2)
+            check(all(st == 200 and who == "a1" for st, who in got), f"c: {name}: requests served by a1 ({got})")
+            n.stop()
+
+    # e: a discovered address whose /readyz fails, and endpoints the slice marks not ready.
+    def case_e(self):
+        a1, a2, a3 = self.a1, self.a2, self.a3
+        bad = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 5, addr=UNREADY, port=self.pl.port,
+                            store=self.second_store())
+        bad.start(*STANDIN_FLAGS)
+        bad.control("/etcd/lose")
+        self.pl.post_slice("kprism-test-unready", "IPv4", [UNREADY], self.pl.port)
+        self.pl.post_slice("kprism-test-notready", "IPv4", ["127.0.0.16"], self.pl.port, ready=False,
+                           extra=[{"addresses": ["127.0.0.17"], "conditions": {"ready": True, "terminating": True}}])
+        self.pl.post_slice("kprism-test-fqdn", "FQDN", ["localhost"], self.pl.port)
+        n = Node(self, "e", [a1.endpoint])
+        try:
+            bep = bad.endpoint
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3]), bep: ("discovered", None)}
+            listed = n.wait_ups(want, 15)
+            check(listed, "e: the unready address is listed (discovered) beside a1-a3; the not-ready, terminating and "
+                  "FQDN endpoints are not admitted", str(n.brief()))
+            checked = wait_until(lambda: n.ups().get(bep, {}).get("last_result") not in (None, ""), 10, 0.1)
+            check(checked and n.ups().get(bep, {}).get("state") != "up",
+                  f"e: it is checked and not up ({n.ups().get(bep, {}).get('state')}, "
+                  f"{n.ups().get(bep, {}).get('last_result')})")
+            got = held_gets(self.pl.ctx, n.port, 12)
+            check(all(who != bad.name for _, who in got), f"e: with others up, no request reaches it ({got})")
+            for s in (a1, a2, a3):
+                s.control("/etcd/lose")
+            down = wait_until(lambda: (n.status() or {}).get("fail_open") is True, 15, 0.1)
+            check(down, "e: every other upstream down (etcd lost on a1-a3): kprism fails open", str(n.brief()))
+            got = get_through(self.pl.ctx, n.port, 12) + held_gets(self.pl.ctx, n.port, 12)
+            reached = [who for _, who in got if who]
+            check(reached and bad.name not in reached,
+                  f"e: failing open, requests reach a1-a3 and never the unchecked discovered one ({got})")
+            conns = n.metric("kprism_upstream_connections_total", f'upstream="{bep}"')
+            errs = n.metric("kprism_upstream_connect_errors_total", f'upstream="{bep}"')
+            check(conns == 0 and errs == 0, f"e: its connection counters stay 0 (connections {conns}, connect errors {errs})")
+            with open(bad.log_path, errors="replace") as f:
+                paths = {m.group(1) for m in re.finditer(r"event=request path=(\S+)", f.read())}
+            check(paths <= {"/readyz"}, f"e: it received nothing but /readyz checks ({sorted(paths)})")
+            for name in ("127.0.0.16", "127.0.0.17", "localhost"):
+                check(not any(a.startswith(name) for a in n.ups()), f"e: {name} never admitted")
+        finally:
+            n.stop()
+            for s in (a1, a2, a3):
+                s.control("/etcd/restore")
+            for name in ("kprism-test-unready", "kprism-test-notready", "kprism-test-fqdn"):
+                wait_until(lambda: self.pl.delete_slice(name) in (200, 404), 10, 0.2)
+            bad.terminate()
+            bad.wait_exit(30)
+        if not self.pl.wait_slice(self.pl.endpoints):
+            raise RuntimeError(f"the slice did not return to a1-a3: {self.pl.slice_endpoints()}")
+
+    # g: an IPv6 slice (its own port) for a stand-in on [::1].
+    def case_g(self):
+        a1, a2, a3 = self.a1, self.a2, self.a3
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+            port = s.getsockname()[1]
+        v6 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 6, addr="::1", port=port, store=self.second_store())
+        v6.start(*STANDIN_FLAGS)
+        self.pl.post_slice("kprism-test-v6", "IPv6", ["::1"], v6.port)
+        n = Node(self, "g", [a1.endpoint])
+        try:
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3, v6])}
+            check(n.wait_ups(want, 15), f"g: [::1]:{v6.port} from an IPv6 slice (its own port) discovered and up",
+                  str(n.brief()))
+            got = held_gets(self.pl.ctx, n.port, 16)
+            used = n.metric("kprism_upstream_connections_total", f'upstream="{v6.endpoint}"')
+            check(any(who == v6.name for _, who in got) and used > 0,
+                  f"g: requests through kprism reach the IPv6 apiserver (connections {used}; {got})")
+        finally:
+            n.stop()
+            wait_until(lambda: self.pl.delete_slice("kprism-test-v6") in (200, 404), 10, 0.2)
+            v6.terminate()
+            v6.wait_exit(30)
+
+    # d: the slices list nothing for a few seconds; the stand-ins restarted with a reconcile so
+    # slow that the slice stays deleted until the test puts it back.
+    def case_d(self):
+        servers = [self.a1, self.a2, self.a3]
+        for s in servers:
+            s.terminate()
+        for s in servers:
+            s.wait_exit(30)
+        for s in servers:
+            s.start(*STANDIN_FLAGS, "--endpoint-reconcile-interval", "1h", "--endpoint-lease-ttl", "1h")
+        if not self.pl.wait_slice(self.pl.endpoints):
+            raise RuntimeError(f"the slice does not list a1-a3 after the restart: {self.pl.slice_endpoints()}")
+        st, saved = self.pl.api("GET", f"{SLICES}/kubernetes")
+        n = Node(self, "d", [self.a1.endpoint])
+        want = {self.a1.endpoint: ("static", "up"), **self.all_ready(servers[1:])}
+        check(n.wait_ups(want, 15), "d: a1 static, a2 and a3 discovered, up", str(n.brief()))
+        lo = ld.Load(self.pl.ctx, n.port, requesters=2, holders=8)
+        lo.start(self.rv)
+        wait_until(lambda: all(lo.holder_server), 15, 0.2)
+        seen = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                seen.append(n.brief())
+                stop.wait(0.1)
+        th = threading.Thread(target=sample, daemon=True)
+        th.start()
+        events0 = n.discovery().get("events", 0)
+        check(self.pl.delete_slice("kubernetes") == 200, "d: the default/kubernetes slice deleted")
+        warned = wait_until(lambda: n.count("discovery: the slices list no endpoint; keeping every upstream") >= 1, 10, 0.1)
+        check(warned, "d: kprism warns that the slices list no endpoint")
+        time.sleep(3)  # the empty episode lasts: kprism must hold on to every upstream all along
+        body = {k: v for k, v in saved.items() if k != "metadata"}
+        body["metadata"] = {"name": "kubernetes", "namespace": "default", "labels": saved["metadata"].get("labels")}
+        st, _ = self.pl.api("POST", SLICES, body)
+        check(st == 201, f"d: the slice put back ({st})")
+        back = wait_until(lambda: n.discovery().get("events", 0) >= events0 + 2, 10, 0.1)
+        time.sleep(1)
+        stop.set()
+        th.join(5)
+        lo.finish()
+        check(back, f"d: kprism saw the slice go and come back (events {events0} -> {n.discovery().get('events')})")
+        changed = [s for s in seen if s != want]
+        check(seen and not changed, f"d: every upstream kept and up throughout ({len(seen)} samples, "
+              f"{len(changed)} different)", str(changed[:2]))
+        warns = n.count("discovery: the slices list no endpoint; keeping every upstream")
+        check(warns == 1, f"d: warned once for the episode ({warns})")
+        left = n.count("discovery: endpoint left the slices")
+        check(left == 0, f"d: nothing drained ({left} \"left the slices\" lines)")
+        bad, total, sample = load_failures(lo)
+        check(bad == 0 and total > 0, f"d: no failed request ({bad} of {total})", str(sample))
+        # A second episode warns again: the warning is per episode, not per process.
+        check(self.pl.delete_slice("kubernetes") == 200, "d: deleted again")
+        again = wait_until(lambda: n.count("discovery: the slices list no endpoint; keeping every upstream") == 2, 10, 0.1)
+        check(again, "d: a second episode warns a second time")
+        n.stop()
+
+
+CASES = "fabcegd"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("kprism")
+    ap.add_argument("apiserver")
+    ap.add_argument("--only", default=",".join(CASES))
+    args = ap.parse_args()
+    only = args.only.split(",")
+    started = time.monotonic()
+    r = None
+    try:
+        r = Run(args)
+        ok("the stand-ins a1-a3 share one port and the slice lists the three")
+        for c in CASES:
+            if c in only:
+                t = time.monotonic()
+                try:
+                    getattr(r, f"case_{c}")()
+                except Exception as e:  # a case that cannot go on is one failure; the next runs
+                    fail(f"{c}: stopped: {type(e).__name__}: {e}")
+                info(f"case {c} took {time.monotonic() - t:.0f} s")
+    except Exception as e:
+        fail(f"setup: {type(e).__name__}: {e}")
+    finally:
+        cleanup.run_all()
+    print(f"discovery: run took {time.monotonic() - started:.0f} s")
+    if r is not None:
+        if report.failed or os.environ.get("KPRISM_KEEP_LOGS"):
+            print(f"discovery: logs kept in {r.d}")
+        else:
+            shutil.rmtree(r.d, ignore_errors=True)
+    print(f"discovery: {report.passed} passed, {report.failed} failed")
+    return 1 if report.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
