@@ -64,6 +64,13 @@ const std::vector<OptionDef>& options() {
          "each move closes its connection at a random moment inside this window", 0, 600 * kSec},
         {"rebalance.min_age", "rebalance-min-age", &S::rebalance_min_age,
          "only connections at least this old are moved", 0, 86400 * kSec},
+        {"discovery.enabled", "enable-discovery", &S::discovery_enabled,
+         "also use the apiservers the default/kubernetes EndpointSlices list (the static endpoints stay the floor)",
+         0, INT64_MAX, {}, kRestart},
+        {"discovery.snapshot_file", "discovery-snapshot-file", &S::discovery_snapshot_file,
+         "where the discovered endpoints are kept across restarts (empty: nowhere)", 0, INT64_MAX, {}, kRestart},
+        {"discovery.snapshot_max_age", "discovery-snapshot-max-age", &S::discovery_snapshot_max_age,
+         "a snapshot older than this is ignored at start", 60 * kSec, 8760 * 3600 * kSec, {}, kRestart},
         {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port",
          0, INT64_MAX, {}, kRestart},
         {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535, {}, kRestart},
@@ -528,6 +535,14 @@ void validate(Config& c, std::vector<std::string>& errors) {
                                                                               : s.ca_file;
         if (v.empty()) fail(key, "must not be empty");
     }
+    if (!s.discovery_snapshot_file.empty() && s.discovery_snapshot_file[0] != '/')
+        fail("discovery.snapshot_file", fmt::format("{} must be an absolute path (or empty: no snapshot)",
+                                                    quote(s.discovery_snapshot_file)));
+    if (s.discovery_enabled && c.endpoints.size() > kMaxUpstreams - kMaxDiscovered)
+        both("endpoints", "discovery.enabled",
+             fmt::format("{} endpoints configured; with discovery at most {} (the other {} slots are for discovered "
+                         "ones)",
+                         c.endpoints.size(), kMaxUpstreams - kMaxDiscovered, kMaxDiscovered));
     // The choices were checked when the values were read.
     c.fail_mode = s.fail_mode == "fail-closed" ? FailMode::closed : FailMode::open;
     parse_policy(s.policy, c.policy);

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kprism/connection.h"
+#include "kprism/discovery.h"
 #include "kprism/log.h"
 #include "kprism/random.h"
 #include "kprism/server.h"
@@ -52,11 +53,13 @@ void ControlPlane::start() {
     // rollout); after that every checker drifts on its own jittered period.
     for (size_t i = 0; i < ups_.size(); ++i)
         start_checker(ups_[i], random_below(std::min<uint64_t>(1000, config().s.health_interval.count())));
+    if (config().s.discovery_enabled) start_discovery();
 }
 
 void ControlPlane::close() {
     if (closed_) return;
     closed_ = true;
+    if (discovery_) discovery_->close();
     for (auto& c : checkers_)
         if (c) c->close();
     for (size_t i = 0; i < ups_.size(); ++i)
@@ -232,6 +235,8 @@ void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
 // nothing ready. Also the one line per no-ready episode.
 void ControlPlane::on_health_change(Upstream& u, Health old) {
     size_t up = ups_.up_count();
+    if (discovery_ && u.health == Health::down) discovery_->upstream_down(u);
+    if (u.health == Health::up) settle_departures();
     if (u.health != Health::down) u.close_held_since_ms = 0;
     // A rejected client certificate says nothing about the connections kubelet holds there: it
     // presents its own certificate and is already through. Down for etcd, the closes wait to
@@ -365,20 +370,20 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
             keep[u->index] = true;
             u->zone = e.zone;
             u->server_name = e.server_name;
+            u->source = Source::configured;
         }
     }
     auto drain = static_cast<uint64_t>(next.s.drain_timeout.count());
     for (size_t i = 0; i < keep.size(); ++i) {
         Upstream& u = ups_[i];
         if (keep[i] || u.removed) continue;
-        u.removed = true;
+        if (discovery_ && in_discovered(u)) {  // no longer configured, still in the slices
+            if (u.source == Source::configured) u.source = Source::discovered;
+            continue;
+        }
+        if (u.source != Source::configured) continue;  // discovery decides about its own
         summary += " endpoint_removed=" + u.name;
-        log::info("endpoint removed; its connections drain", {{"upstream", u.name}, {"connections", u.active},
-                                                             {"drain_timeout", format_duration(next.s.drain_timeout)}});
-        stop_checker(u);
-        srv_.connections().for_each([&](Connection* c) {
-            if (c->upstream() == &u) c->close_later_for_removal(drain);
-        });
+        remove_upstream(u, "endpoint removed; its connections drain", drain);
     }
     for (const auto& e : next.endpoints) {
         if (ups_.find(e.addr)) continue;

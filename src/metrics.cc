@@ -37,6 +37,8 @@ Snapshot take_snapshot(Server& srv) {
     UpstreamPool& ups = srv.control().upstreams();
     for (size_t i = 0; i < ups.size(); ++i)
         if (!ups[i].removed) s.upstreams.push_back(&ups[i]);
+    if (const DiscoveryStatus* d = srv.control().discovery()) s.discovery = *d;
+    s.snapshot = srv.control().snapshot();
     return s;
 }
 
@@ -121,6 +123,10 @@ std::string render_metrics(const Snapshot& s) {
         w.sample(up_label(*u, "direction", "to_upstream"), u->bytes_to_upstream);
         w.sample(up_label(*u, "direction", "from_upstream"), u->bytes_from_upstream);
     }
+    w.family("kprism_upstream_source", "gauge", "Where the upstream came from: 1 for its source (static: the configured list; discovered: the EndpointSlices; snapshot: the discovery snapshot read at start), 0 for the others.");
+    for (const Upstream* u : ups)
+        for (Source src : {Source::configured, Source::discovered, Source::snapshot})
+            w.sample(up_label(*u, "source", source_name(src)), u->source == src ? 1 : 0);
     w.family("kprism_upstream_state", "gauge", "Health of the upstream: 1 for its current state, 0 for the others.");
     for (const Upstream* u : ups)
         for (Health h : {Health::up, Health::down, Health::unknown})
@@ -185,6 +191,18 @@ std::string render_metrics(const Snapshot& s) {
     if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after - s.now_unix);
     w.family("kprism_client_certificate_rejected", "gauge", "1 while every apiserver that answers rejects the client certificate (401/403 or a TLS alert; logged as \"client certificate rejected by every apiserver\"), else 0.");
     w.sample("", std::string_view(s.credentials) == "rejected" ? 1 : 0);
+    w.family("kprism_discovery_endpoints", "gauge", "Endpoints the EndpointSlices list now, as admitted (ready, an IP, a port); absent while discovery is off.");
+    if (s.discovery.enabled) w.sample("", s.discovery.endpoints);
+    w.family("kprism_discovery_lists_total", "counter", "Successful lists of the EndpointSlices.");
+    if (s.discovery.enabled) w.sample("", s.discovery.lists);
+    w.family("kprism_discovery_relists_total", "counter", "Lists after the watch's resource version was too old (410 Gone).");
+    if (s.discovery.enabled) w.sample("", s.discovery.relists);
+    w.family("kprism_discovery_watch_events_total", "counter", "Watch events read (bookmarks included).");
+    if (s.discovery.enabled) w.sample("", s.discovery.events);
+    w.family("kprism_discovery_errors_total", "counter", "Failed discovery requests (each followed by a backoff of 1 s to 30 s).");
+    if (s.discovery.enabled) w.sample("", s.discovery.errors);
+    w.family("kprism_discovery_snapshot_age_seconds", "gauge", "Age of the discovery snapshot kprism last read or wrote; absent when there is none.");
+    if (s.discovery.enabled && s.snapshot.written_unix != 0) w.sample("", s.now_unix - s.snapshot.written_unix);
     w.family("kprism_heartbeat_age_seconds", "gauge", "Seconds since the event loop's 1 s heartbeat last ticked.");
     w.sample("", num(s.heartbeat_age_seconds));
     return out;

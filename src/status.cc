@@ -79,6 +79,7 @@ std::string render_status_json(const Snapshot& s) {
         Json entry = {
             {"address", u->name},
             {"zone", u->zone},
+            {"source", source_name(u->source)},
             {"state", health_name(u->health)},
             {"last_result", or_null(u->has_result, result_name(u->last_result))},
             {"last_error", u->last_error},
@@ -98,6 +99,26 @@ std::string render_status_json(const Snapshot& s) {
     }
     doc["upstreams"] = std::move(ups);
     doc["condition"] = or_null(s.etcd_quorum_lost, "no-etcd-quorum");
+    const DiscoveryStatus& d = s.discovery;
+    const bool has_file = s.snapshot.written_unix != 0;
+    doc["discovery"] = {
+        {"enabled", d.enabled},
+        {"state", d.state},
+        {"via", or_null(!d.via.empty(), d.via)},
+        {"resource_version", or_null(!d.resource_version.empty(), d.resource_version)},
+        {"endpoints", d.endpoints},
+        {"lists", d.lists},
+        {"relists", d.relists},
+        {"events", d.events},
+        {"errors", d.errors},
+        {"last_error", d.last_error},
+        {"snapshot",
+         {{"path", s.snapshot.path},
+          {"state", d.enabled ? s.snapshot.state : "disabled"},
+          {"detail", s.snapshot.detail},
+          {"written_unix", or_null(has_file, s.snapshot.written_unix)},
+          {"age_seconds", or_null(has_file, s.now_unix - s.snapshot.written_unix)}}},
+    };
     return json_dump(doc) + "\n";
 }
 
@@ -207,6 +228,24 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         d.credentials.has_remaining = !rem->is_null();
         d.credentials.remaining_seconds = rem->is_null() ? 0 : int_of(*rem);
     }
+    if (auto di = doc.find("discovery"); di != doc.end() && di->is_object()) {
+        auto str = [&](const Json& o, const char* k) {
+            auto it = o.find(k);
+            return it != o.end() && it->is_string() ? it->get<std::string>().substr(0, 256) : std::string();
+        };
+        if (auto en = di->find("enabled"); en != di->end() && en->is_boolean()) d.discovery.enabled = en->get<bool>();
+        d.discovery.state = str(*di, "state");
+        d.discovery.via = str(*di, "via");
+        d.discovery.last_error = str(*di, "last_error");
+        if (auto n = di->find("endpoints"); n != di->end() && n->is_number()) d.discovery.endpoints = count_of(*n);
+        if (auto sn = di->find("snapshot"); sn != di->end() && sn->is_object()) {
+            d.discovery.snapshot_state = str(*sn, "state");
+            if (auto a = sn->find("age_seconds"); a != sn->end() && a->is_number()) {
+                d.discovery.has_snapshot_age = true;
+                d.discovery.snapshot_age_seconds = int_of(*a);
+            }
+        }
+    }
     for (const Json& e : *ups) {
         if (!e.is_object()) {
             error = "upstream entry is not an object";
@@ -239,6 +278,7 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         if (auto m = e.find("failing_checks_more"); m != e.end() && m->is_number())
             u.failing_checks.more += count_of(*m);
         if (auto dr = e.find("down_reason"); dr != e.end() && dr->is_string()) u.down_reason = dr->get<std::string>();
+        if (auto so = e.find("source"); so != e.end() && so->is_string()) u.source = so->get<std::string>().substr(0, 16);
         d.upstreams.push_back(std::move(u));
     }
     out = std::move(d);

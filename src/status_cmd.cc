@@ -216,7 +216,17 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
                                   d.condition == "no-etcd-quorum" ? ", no etcd quorum" : "",
                                   d.draining ? ", shutting down" : "");
     if (d.has_credentials) out += render_credentials_line(d.credentials, color);
-    std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "STATE", "LAST RESULT", "CHECKS", "RTT", "CONNS", "SINCE", "ERROR"}};
+    if (d.discovery.enabled) {
+        const StatusDiscovery& di = d.discovery;
+        std::string snap = error_cell(di.snapshot_state, 16);
+        if (di.has_snapshot_age)
+            snap += fmt::format(", {} old", format_duration(Duration{std::max<int64_t>(0, di.snapshot_age_seconds) * 1000}));
+        out += fmt::format("discovery: {}{}, {} endpoint{} in the slices, snapshot {}{}\n", error_cell(di.state, 16),
+                           di.via.empty() ? "" : " via " + error_cell(di.via, 64), di.endpoints,
+                           di.endpoints == 1 ? "" : "s", snap,
+                           di.last_error.empty() ? "" : "; last error: " + error_cell(di.last_error, 120));
+    }
+    std::vector<std::vector<std::string>> rows = {{"UPSTREAM", "ZONE", "SOURCE", "STATE", "LAST RESULT", "CHECKS", "RTT", "CONNS", "SINCE", "ERROR"}};
     for (const auto& u : d.upstreams) {
         std::string since = "-";
         if (u.last_change_unix > 0)
@@ -224,7 +234,7 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
         std::string err = error_cell(u.last_error);
         // The failing checks, from a daemon-bounded list, made one printable cell here as well.
         std::string checks = u.failing_checks.empty() ? "-" : error_cell(u.failing_checks.str());
-        rows.push_back({u.address, u.zone.empty() ? "-" : u.zone, u.state, u.last_result.empty() ? "-" : u.last_result,
+        rows.push_back({u.address, u.zone.empty() ? "-" : u.zone, error_cell(u.source, 16), u.state, u.last_result.empty() ? "-" : u.last_result,
                         checks, u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
                         fmt::format("{}", u.active_connections), since, err});
     }
@@ -236,7 +246,7 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
         for (size_t i = 0; i < rows[n].size(); ++i) {
             const std::string& cell = rows[n][i];
             bool last = i + 1 == rows[n].size();
-            if (color && n > 0 && i == 2) line += fmt::format("{}{}\x1b[0m", colour_of(cell), cell);
+            if (color && n > 0 && i == 3) line += fmt::format("{}{}\x1b[0m", colour_of(cell), cell);
             else line += cell;
             if (!last) line += std::string(width[i] - cell.size() + 2, ' ');
         }

@@ -25,6 +25,15 @@ const char* result_name(CheckResult r) {
     return "?";
 }
 
+const char* source_name(Source s) {
+    switch (s) {
+    case Source::configured: return "static";
+    case Source::discovered: return "discovered";
+    case Source::snapshot: return "snapshot";
+    }
+    return "static";
+}
+
 const char* health_name(Health h) {
     switch (h) {
     case Health::unknown: return "unknown";

@@ -60,6 +60,9 @@ struct Settings {
     int64_t rebalance_max_per_minute = 6;
     Duration rebalance_window{30000};
     Duration rebalance_min_age{60000};
+    bool discovery_enabled = false;  // EndpointSlice discovery (discovery.h)
+    std::string discovery_snapshot_file = "/var/lib/kprism/discovery.json";
+    Duration discovery_snapshot_max_age{168LL * 3600 * 1000};
     bool tcp_nodelay = true;
     Duration tcp_keepalive{30000};  // idle time before probes; 0 disables keepalive
     Duration tcp_keepalive_interval{10000};

@@ -22,6 +22,26 @@ namespace kprism {
 
 class Server;
 struct Stats;
+class Discovery;
+
+// What /status and the metrics show of discovery.
+struct DiscoveryStatus {
+    bool enabled = false;
+    const char* state = "off";  // off, waiting (no upstream up to ask), listing, watching, backoff
+    std::string via;            // the upstream the request in flight goes to
+    std::string resource_version;
+    uint64_t endpoints = 0;  // in the slices, admitted by the rules (ready, IP, port)
+    uint64_t lists = 0, relists = 0, events = 0, errors = 0;
+    std::string last_error;
+};
+
+// The discovery snapshot file as /status shows it (membership.cc).
+struct SnapshotStatus {
+    const char* state = "disabled";  // disabled, none (no file yet), loaded, ignored, written, failed
+    std::string path;
+    std::string detail;        // why it was ignored, or why the write failed
+    int64_t written_unix = 0;  // of the file kprism last read or wrote; 0: none
+};
 
 // Owned by the Server, which it reaches for the loop, the configuration in force, the live
 // connections (closes on down) and the systemd status. Its handles (resolve timer, checkers) are
@@ -75,6 +95,14 @@ public:
     // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
     // counted like a failed check, and a probe is started at once.
     void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
+    // Discovery's set of endpoints (`src`: discovered, or snapshot at start): new ones are added
+    // and checked before use, those that left drain unless no upstream that stays is up; the
+    // configured ones are the floor. An empty set changes nothing; more than kMaxDiscovered keep
+    // the known ones first (membership.cc).
+    void apply_discovered(std::vector<HostPort> endpoints, Source src);
+    // nullptr when discovery is off.
+    const DiscoveryStatus* discovery() const;
+    const SnapshotStatus& snapshot() const { return snapshot_; }
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
     // The upstream side ended an established connection first (FIN or reset before the client's),
@@ -87,6 +115,15 @@ public:
 
 private:
     void on_health_change(Upstream& u, Health old);
+    // Membership (membership.cc): the snapshot read at start, removals that wait, the write.
+    void start_discovery();
+    void settle_departures();
+    void remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms);
+    bool in_discovered(const Upstream& u) const;
+    Upstream* find_live(const HostPort& addr);
+    void write_snapshot();
+    static void on_snapshot_work(uv_work_t* w);
+    static void on_snapshot_done(uv_work_t* w, int status);
     // Down for etcd: its closes wait (close_held_since_ms) until every other live upstream has a
     // result from after that, or for at most two fast intervals, so that etcd lost everywhere at
     // once is told from one apiserver losing it. review() ends holds and quorum episodes.
@@ -122,6 +159,23 @@ private:
     bool etcd_quorum_lost_ = false;
     Credentials creds_;
     uint64_t tls_generation_seen_ = 0;
+
+    std::unique_ptr<Discovery> discovery_;
+    std::vector<std::string> discovered_;  // the admitted set, canonical "ip:port", sorted
+    std::vector<std::string> departing_;   // left the set, waiting for an upstream that stays to be up
+    bool empty_warned_ = false;
+    bool limit_warned_ = false;
+    std::string ca_sha256_;
+    SnapshotStatus snapshot_;
+    std::vector<std::string> snapshot_set_;  // what the file holds (as far as kprism knows)
+    uv_work_t snapshot_work_{};
+    bool snapshot_writing_ = false;
+    bool snapshot_again_ = false;
+    // The write in flight (the threadpool reads only these three).
+    std::string snapshot_path_, snapshot_text_, snapshot_error_;
+    bool snapshot_ok_ = false;
+    int64_t snapshot_written_pending_ = 0;
+    std::vector<std::string> snapshot_pending_set_;
 };
 
 }  // namespace kprism

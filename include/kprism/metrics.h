@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/control_plane.h"
 #include "kprism/server.h"
 #include "kprism/upstream.h"
 
@@ -32,6 +33,8 @@ struct Snapshot {
     int64_t now_unix = 0;               // when the snapshot was taken
     double heartbeat_age_seconds = 0;
     std::vector<const Upstream*> upstreams;  // configured ones (not those removed by a reload)
+    DiscoveryStatus discovery;  // enabled=false when off
+    SnapshotStatus snapshot;
 
     size_t up_count() const;
 };

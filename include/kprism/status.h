@@ -22,7 +22,12 @@ namespace kprism {
 //  "last_error", "last_change_unix": seconds|null, "rtt_ms": number|null, "active_connections",
 //  "failing_checks": [names the last /readyz answer failed, at most 8], "failing_checks_more": N,
 //  "down_reason": "shutdown"|"etcd"|"other"|"unauthorized"|"connect"|"timeout"|"tls"|null (not down)}],
-//  "condition": "no-etcd-quorum" (every upstream down for its etcd checks) | null}
+//  "condition": "no-etcd-quorum" (every upstream down for its etcd checks) | null,
+//  "discovery":{"enabled", "state": "off"|"waiting"|"listing"|"watching"|"backoff", "via": upstream|null,
+//               "resource_version": string|null, "endpoints", "lists", "relists", "events", "errors",
+//               "last_error", "snapshot":{"path", "state": "disabled"|"none"|"loaded"|"ignored"|"written"|"failed",
+//               "detail", "written_unix": seconds|null, "age_seconds": seconds|null}}}
+// and "source": "static"|"discovered"|"snapshot" in each upstream entry.
 // reload.generation counts finished reload attempts (ok + failed); `kprism reload` waits for it to
 // move. Strings are valid UTF-8 (invalid bytes from an upstream become U+FFFD).
 std::string render_status_json(const Snapshot& s);
@@ -43,6 +48,15 @@ struct StatusUpstream {
     uint64_t active_connections = 0;
     FailingChecks failing_checks;  // empty when absent
     std::string down_reason;       // empty: null or absent
+    std::string source = "static";  // static, discovered, snapshot (absent before issue 16: static)
+};
+// The "discovery" member, as much as `kprism status` prints (absent before issue 16).
+struct StatusDiscovery {
+    bool enabled = false;
+    std::string state, via, last_error, snapshot_state;
+    uint64_t endpoints = 0;
+    bool has_snapshot_age = false;
+    int64_t snapshot_age_seconds = 0;
 };
 struct StatusReload {
     uint64_t generation = 0, ok = 0, failed = 0;
@@ -75,6 +89,7 @@ struct StatusDoc {
     bool has_credentials = false;  // the "credentials" member was there (absent before 0.1.0's issue 14)
     StatusCredentials credentials;
     std::vector<StatusUpstream> upstreams;
+    StatusDiscovery discovery;
 };
 // Strict about the members it needs and their types, lenient about extra ones (and about "pid",
 // "reload" and "credentials" missing: `kprism reload` checks for those itself). Bounded: see parse_json (json.h).

@@ -22,6 +22,13 @@ namespace kprism {
 // Upstream slots: configured endpoints plus removed ones still draining (validation allows as
 // many endpoints; a connection remembers the ones it tried in a 64-bit mask, policy.h).
 constexpr size_t kMaxUpstreams = 64;
+// Of those, at most this many come from discovery (discovery.h).
+constexpr size_t kMaxDiscovered = 32;
+
+// Where an upstream came from: the configured list (the floor discovery never removes), the
+// EndpointSlices, or the snapshot of them read at start.
+enum class Source { configured, discovered, snapshot };
+const char* source_name(Source s);  // "static", "discovered", "snapshot"
 
 // The outcome classes of one readiness check.
 enum class CheckResult { ready, not_ready, timeout, connect_failed, tls_failed, unauthorized };
@@ -71,6 +78,7 @@ struct Upstream {
     std::string name;  // addr.str(), for logs
     std::string zone;
     std::string server_name;  // Endpoint::server_name: configured TLS name, or empty
+    Source source = Source::configured;
     // The name for SNI and certificate verification, and the probe's Host header.
     const std::string& tls_name() const { return server_name.empty() ? addr.host : server_name; }
     std::string host_header() const { return server_name.empty() ? name : server_name; }
@@ -139,6 +147,8 @@ struct Upstream {
     // Removed from the configuration by a reload: no new connections, established ones drain.
     // The slot is reused for a new endpoint once nothing refers to it.
     bool removed = false;
+    // Discovered, left the slices, and waiting for an upstream that stays to be up (membership.cc).
+    bool removal_waits = false;
 
     bool in_backoff(uint64_t now) const { return retry_at_ms != 0 && now < retry_at_ms; }
     // May receive new connections in normal operation.
