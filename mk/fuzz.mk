@@ -3,18 +3,18 @@
 
 ##@ Fuzzing
 
-# build/fuzz/{config,readyz,admin_request,pem}_fuzz, built by clang++ with ASan + UBSan, the
+# build/fuzz/{config,readyz,admin_request,pem,discovery}_fuzz, built by clang++ with ASan + UBSan, the
 # library sources compiled in build/fuzz with -fsanitize=fuzzer-no-link (own rules: clang, and
 # none of the GCC-only or release flags of mk/flags.mk).
 # `make fuzz-run FUZZ_SECONDS=600` runs each target that long, FUZZ_JOBS (2) at a time, growing
 # build/fuzz/corpus/TARGET from the seeds in tests/fuzz/corpus/TARGET; `make fuzz-smoke` runs each
-# for FUZZ_SMOKE_SECONDS (15) from the seeds alone (about 30 s, for CI). Both end with one table and
+# for FUZZ_SMOKE_SECONDS (15) from the seeds alone (about 45 s, for CI). Both end with one table and
 # "fuzz: N passed, N failed", exit status non-zero on a crash; FUZZ_TARGETS= picks targets.
 FUZZ_DIR := build/fuzz
 ## FUZZ_CXX=clang++: the compiler of the fuzz targets
 FUZZ_CXX ?= clang++
-## FUZZ_TARGETS=config_fuzz ... pem_fuzz: the targets fuzz-run and fuzz-smoke run
-FUZZ_TARGETS ?= config_fuzz readyz_fuzz admin_request_fuzz pem_fuzz
+## FUZZ_TARGETS=config_fuzz ... discovery_fuzz: the targets fuzz-run and fuzz-smoke run
+FUZZ_TARGETS ?= config_fuzz readyz_fuzz admin_request_fuzz pem_fuzz discovery_fuzz
 ## FUZZ_SECONDS=600 FUZZ_SMOKE_SECONDS=15 FUZZ_JOBS=2: how long each target runs, how many at a time
 FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 15
@@ -49,7 +49,7 @@ fuzz-bins: $(FUZZ_BINS) ## build the fuzz targets FUZZ_TARGETS with the current 
 fuzz-run: fuzz ## each fuzz target for FUZZ_SECONDS, FUZZ_JOBS at a time, growing the corpus
 	tests/fuzz/run.sh $(FUZZ_DIR) $(FUZZ_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
-fuzz-smoke: fuzz ## each fuzz target for FUZZ_SMOKE_SECONDS on the seeds (about 30 s, CI)
+fuzz-smoke: fuzz ## each fuzz target for FUZZ_SMOKE_SECONDS on the seeds (about 45 s, CI)
 	tests/fuzz/run.sh --smoke $(FUZZ_DIR) $(FUZZ_SMOKE_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
 -include $(wildcard $(FUZZ_DIR)/obj/*.d $(FUZZ_DIR)/obj/fuzz/*.d)

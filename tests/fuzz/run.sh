@@ -19,12 +19,14 @@ shift 3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$dir/logs" "$dir/artifacts"
 
-# Longest input per target: past each parser's bound (16 KiB response, 8 KiB request head).
+# Longest input per target: past each parser's bound (16 KiB response, 8 KiB request head, 16 KiB
+# discovery response head).
 max_len() {
     case $1 in
     readyz_fuzz) echo 20000 ;;
     admin_request_fuzz) echo 10000 ;;
     pem_fuzz) echo 12288 ;;
+    discovery_fuzz) echo 20000 ;;
     *) echo 8192 ;;
     esac
 }

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzzes discovery's parsing layer (src/discovery_parse.cc): HttpStream, LineSplitter, parse_slice_list, parse_watch_event.
+//
+// Input: what an apiserver sends to a list or watch request, as it is. It is read three ways:
+// - as an HTTP response through HttpStream, fed whole, in pseudo-random pieces (seeded by a hash of
+//   the input) and one byte at a time (inputs up to 4 KiB), each then followed by the peer's close;
+//   every way must end in the same state, status and body. The body then goes through
+//   parse_slice_list (as a list answer) and, split by a LineSplitter, each line through
+//   parse_watch_event (as a watch stream);
+// - as a JSON document: the input itself through parse_slice_list and parse_watch_event (so that
+//   seeds and mutations of bare JSON reach the slice rules without an HTTP head);
+// - as a watch stream: the input through a LineSplitter with a small bound derived from the hash,
+//   whole and in pieces, which must yield the same lines.
+// Checked: no crash or UB; every failure has a one-line reason; a list has at most kMaxSlices
+// slices, a slice at most kMaxSliceEndpoints endpoints, each an IP literal with a port, canonical
+// and unique in its slice; events carry what their type promises.
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "fuzz_util.h"
+#include "kprism/discovery_parse.h"
+
+using kprism::DiscoveredSlice;
+using kprism::HostPort;
+using kprism::HttpStream;
+using kprism::LineSplitter;
+using kprism::WatchEvent;
+using kprism::WatchEventType;
+using State = HttpStream::State;
+
+namespace {
+
+void check_reason(const std::string& err) {
+    FUZZ_CHECK(!err.empty());
+    FUZZ_CHECK(err.find('\n') == std::string::npos);
+}
+
+void check_slice(const DiscoveredSlice& s) {
+    FUZZ_CHECK(!s.name.empty());
+    FUZZ_CHECK(s.endpoints.size() <= kprism::kMaxSliceEndpoints);
+    for (size_t i = 0; i < s.endpoints.size(); ++i) {
+        const HostPort& hp = s.endpoints[i];
+        FUZZ_CHECK(hp.is_ip);
+        FUZZ_CHECK(hp.port != 0);
+        // The canonical text of an address of either family, never with brackets...
+        unsigned char bin[16];
+        char canon[INET6_ADDRSTRLEN];
+        int family = hp.host.find(':') == std::string::npos ? AF_INET : AF_INET6;
+        FUZZ_CHECK(inet_pton(family, hp.host.c_str(), bin) == 1);
+        FUZZ_CHECK(inet_ntop(family, bin, canon, sizeof canon) != nullptr && hp.host == canon);
+        // ...which reads back as the same endpoint from its str() (what the snapshot stores)...
+        HostPort back;
+        std::string err;
+        FUZZ_CHECK(kprism::parse_host_port(hp.str(), back, &err));
+        FUZZ_CHECK(back == hp);
+        // ...once per slice.
+        for (size_t j = 0; j < i; ++j) FUZZ_CHECK(!(s.endpoints[j] == hp));
+    }
+}
+
+void check_list(std::string_view body) {
+    kprism::SliceList l;
+    std::string err;
+    if (!kprism::parse_slice_list(body, l, err)) {
+        check_reason(err);
+        return;
+    }
+    FUZZ_CHECK(body.size() <= kprism::kMaxSliceListBytes);
+    FUZZ_CHECK(!l.resource_version.empty());
+    FUZZ_CHECK(l.items.size() <= kprism::kMaxSlices);
+    for (const auto& s : l.items) check_slice(s);
+}
+
+void check_event(std::string_view line) {
+    WatchEvent e;
+    std::string err;
+    if (!kprism::parse_watch_event(line, e, err)) {
+        check_reason(err);
+        return;
+    }
+    FUZZ_CHECK(line.size() <= kprism::kMaxWatchEventBytes);
+    switch (e.type) {
+    case WatchEventType::added:
+    case WatchEventType::modified:
+    case WatchEventType::deleted:
+        FUZZ_CHECK(!e.resource_version.empty());
+        check_slice(e.slice);
+        break;
+    case WatchEventType::bookmark:
+        FUZZ_CHECK(!e.resource_version.empty());
+        FUZZ_CHECK(e.slice.endpoints.empty());
+        break;
+    case WatchEventType::error:
+        FUZZ_CHECK(e.code >= 0 && e.code <= 999);
+        FUZZ_CHECK(e.message.size() <= 512);
+        FUZZ_CHECK(e.slice.endpoints.empty());
+        break;
+    }
+}
+
+struct Outcome {
+    State state;         // after the last feed
+    State after_eof;
+    int status;
+    std::string body;
+};
+
+Outcome run_http(const uint8_t* data, size_t size, const std::vector<size_t>& pieces) {
+    HttpStream h;
+    Outcome o{State::head, State::head, 0, ""};
+    size_t off = 0;
+    for (size_t n : pieces) {
+        fuzz::Piece piece(data + off, n);
+        off += n;
+        State before = h.state();
+        bool ok = h.feed(std::string_view(piece.data(), piece.size()), [&](std::string_view b) {
+            FUZZ_CHECK(!b.empty());
+            FUZZ_CHECK(h.state() == State::body || h.state() == State::done);
+            o.body.append(b);
+            return true;
+        });
+        FUZZ_CHECK(ok == (h.state() != State::error));
+        if (h.state() == State::error) check_reason(h.error());
+        // Done or failed stays so.
+        if (before == State::done || before == State::error) FUZZ_CHECK(h.state() == before);
+        if (h.state() == State::body || h.state() == State::done) FUZZ_CHECK(h.status() >= 200 && h.status() <= 999);
+        FUZZ_CHECK(o.body.size() <= off);
+    }
+    FUZZ_CHECK(off == size);
+    o.state = h.state();
+    o.status = h.status();
+    bool done = h.eof();
+    o.after_eof = h.state();
+    FUZZ_CHECK(done == (o.after_eof == State::done));
+    FUZZ_CHECK(o.after_eof == State::done || o.after_eof == State::error);  // the close concludes
+    if (o.after_eof == State::error) check_reason(h.error());
+    FUZZ_CHECK(h.eof() == done);
+    if (o.state == State::body && h.chunked()) FUZZ_CHECK(o.after_eof == State::error);
+    return o;
+}
+
+void compare(const Outcome& a, const Outcome& b) {
+    FUZZ_CHECK(a.state == b.state);
+    FUZZ_CHECK(a.after_eof == b.after_eof);
+    FUZZ_CHECK(a.status == b.status);
+    // A failure may come a piece later or earlier; up to it, the body is the same.
+    if (a.state != State::error) FUZZ_CHECK(a.body == b.body);
+}
+
+// The lines of `data` fed in `pieces` to a splitter bounded by `max`; `ok` false once it failed.
+std::vector<std::string> lines_of(std::string_view data, const std::vector<size_t>& pieces, size_t max, bool& ok) {
+    LineSplitter s(max);
+    std::vector<std::string> lines;
+    ok = true;
+    size_t off = 0;
+    for (size_t n : pieces) {
+        fuzz::Piece piece(reinterpret_cast<const uint8_t*>(data.data()) + off, n);
+        off += n;
+        ok = s.feed(std::string_view(piece.data(), piece.size()), [&](std::string_view line) {
+            FUZZ_CHECK(!line.empty() && line.size() <= max);
+            FUZZ_CHECK(line.find('\n') == std::string_view::npos);
+            lines.emplace_back(line);
+            return true;
+        });
+        FUZZ_CHECK(s.buffered() <= max + 1);
+        if (!ok) {
+            check_reason(s.error());
+            FUZZ_CHECK(!s.feed("\n", [](std::string_view) { return true; }));  // stays failed
+            break;
+        }
+    }
+    return lines;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    uint64_t h = fuzz::hash(data, size);
+    std::string_view input(reinterpret_cast<const char*>(data), size);
+
+    // As an HTTP response, three ways; then its body as a list and as a watch stream.
+    Outcome one = run_http(data, size, fuzz::whole(size));
+    compare(one, run_http(data, size, fuzz::random_pieces(size, h)));
+    if (size <= 4096) compare(one, run_http(data, size, fuzz::bytewise(size)));
+    if (one.after_eof == State::done) {
+        check_list(one.body);
+        bool ok;
+        for (const std::string& line : lines_of(one.body, fuzz::whole(one.body.size()), 1 << 20, ok)) check_event(line);
+    }
+
+    // As bare JSON.
+    check_list(input);
+    check_event(input);
+
+    // As a watch stream with a small bound: the same lines however the bytes arrive.
+    uint64_t s = h;
+    size_t max = 1 + fuzz::next(s) % 256;
+    bool ok_whole, ok_pieces;
+    std::vector<std::string> a = lines_of(input, fuzz::whole(size), max, ok_whole);
+    std::vector<std::string> b = lines_of(input, fuzz::random_pieces(size, h ^ 1), max, ok_pieces);
+    FUZZ_CHECK(ok_whole == ok_pieces);
+    if (ok_whole) FUZZ_CHECK(a == b);
+    for (const std::string& line : a) check_event(line);
+    return 0;
+}
