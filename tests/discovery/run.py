@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -44,6 +45,7 @@ ok, fail, info, check = report.ok, report.fail, report.info, report.check
 ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13", "127.0.0.14"]
 UNREADY = "127.0.0.15"  # a stand-in on its own store with etcd lost: /readyz fails
 NOBODY = "127.0.0.19"  # nothing listens there
+ADDRS2 = ["127.0.0.21", "127.0.0.22", "127.0.0.23"]  # cases j and k: a store of their own
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 SELECTOR = "?labelSelector=kubernetes.io%2Fservice-name%3Dkubernetes"
 # Stand-in timings: the brief's quick ones; a shutdown that fails /readyz 2 s before it stops
@@ -85,7 +87,7 @@ class Plane:
 
     def __init__(self, binary, d):
         self.binary, self.d = binary, d
-        self.pki = clu.Pki(d, extra_ips=[ADDRS[3], UNREADY, "::1"])
+        self.pki = clu.Pki(d, extra_ips=[ADDRS[3], UNREADY, "::1", *ADDRS2])
         self.ctx = ld.tls_context(self.pki)
         self.store = start_store(binary, d, "store")
         self.port = shared_port(ADDRS + [UNREADY])
@@ -138,18 +140,18 @@ class Plane:
     def wait_slice(self, want, seconds=15):
         return wait_until(lambda: self.slice_endpoints() == set(want), seconds, 0.1)
 
-    def post_slice(self, name, address_type, endpoints, port, ready=True, extra=None):
+    def post_slice(self, name, address_type, endpoints, port, ready=True, extra=None, via=None):
         eps = [{"addresses": [a], "conditions": {"ready": ready}} for a in endpoints] + list(extra or [])
         body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
                 "addressType": address_type, "endpoints": eps,
                 "ports": [{"name": "https", "protocol": "TCP", "port": port}]}
-        st, doc = self.api("POST", SLICES, body)
+        st, doc = self.api("POST", SLICES, body, via)
         if st != 201:
             raise RuntimeError(f"POST slice {name}: {st} {doc}")
 
-    def delete_slice(self, name):
-        return self.api("DELETE", f"{SLICES}/{name}")[0]
+    def delete_slice(self, name, via=None):
+        return self.api("DELETE", f"{SLICES}/{name}", via=via)[0]
 
 
 class Node:
@@ -306,8 +308,8 @@ class Run:
                 hits += [line.strip() for line in f if "path=/apis/discovery.k8s.io" in line]
         check(not hits, f"f: no request to /apis/discovery.k8s.io reached any apiserver ({len(hits)})",
               "; ".join(hits[:3]))
-        check("discovery" not in n.log().lower(), "f: kprism logs nothing about discovery",
-              "; ".join(l for l in n.log().splitlines() if "discovery" in l.lower())[:300])
+        said = [line for line in n.log().splitlines() if re.search(r'msg="[^"]*discovery', line)]
+        check(not said, "f: kprism logs no message about discovery", "; ".join(said)[:300])
 
     # a: a fourth apiserver added, then a discovered one removed, three nodes under load.
     def case_a(self):
@@ -571,6 +573,204 @@ class Run:
             v6.terminate()
             v6.wait_exit(30)
 
+    # h: the apiserver that carries kprism's watch hangs (SIGSTOP): kprism moves the watch off it
+    # once its checks take it down, and still follows the slices.
+    def case_h(self):
+        a1, a4 = self.a1, self.a4
+        n = Node(self, "h", [a1.endpoint])
+        stopped = None
+        try:
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([self.a2, self.a3])}
+            check(n.wait_ups(want, 15) and wait_until(lambda: n.discovery().get("state") == "watching", 10, 0.1),
+                  "h: watching, a2 and a3 discovered", str(n.brief()))
+            via = n.discovery().get("via")
+            stopped = next(s for s in self.pl.servers if s.endpoint == via)
+            stopped.proc.send_signal(signal.SIGSTOP)
+            t0 = time.monotonic()
+            moved = wait_until(lambda: n.discovery().get("state") == "watching" and n.discovery().get("via") not in (via, None, ""),
+                               15, 0.1)
+            check(moved, f"h: the watch moved off the hung {stopped.name} in {time.monotonic() - t0:.1f} s "
+                  f"(via {n.discovery().get('via')})", str(n.discovery()))
+            a4.start(*STANDIN_FLAGS)
+            t1 = time.monotonic()
+            seen = wait_until(lambda: n.ups().get(a4.endpoint, {}).get("state") == "up", 15, 0.1)
+            check(seen, f"h: a4 discovered and up {time.monotonic() - t1:.1f} s after it started, with "
+                  f"{stopped.name} hung", str(n.brief()))
+        finally:
+            if stopped:
+                stopped.proc.send_signal(signal.SIGCONT)
+            n.stop()
+            if a4.proc is not None and a4.proc.poll() is None:
+                a4.terminate()
+                a4.wait_exit(30)
+        if not self.pl.wait_slice(self.pl.endpoints, 20):
+            raise RuntimeError(f"the slice did not return to a1-a3: {self.pl.slice_endpoints()}")
+
+    # i: more endpoints than the limit of 32 discovered: the first kept, one warning.
+    def case_i(self):
+        many = [f"127.0.1.{i}" for i in range(1, 41)]
+        self.pl.post_slice("kprism-test-many", "IPv4", many, self.pl.port)
+        n = Node(self, "i", [self.a1.endpoint])
+        try:
+            full = wait_until(lambda: len(n.ups()) == 32 and n.discovery().get("endpoints", 0) >= 43 and
+                              all(n.ups().get(s.endpoint, {}).get("state") == "up" for s in (self.a1, self.a2, self.a3)),
+                              15, 0.1)
+            ups = n.ups()
+            check(full, f"i: 43 endpoints in the slices, 32 upstreams admitted ({len(ups)}; discovery endpoints "
+                  f"{n.discovery().get('endpoints')})")
+            check(all(ups.get(s.endpoint, {}).get("state") == "up" for s in (self.a1, self.a2, self.a3)),
+                  "i: a1-a3 among them and up", str({a: ups[a].get("state") for a in list(ups)[:4]}))
+            warns = n.count("discovery: more endpoints than the limit; keeping the first")
+            check(warns == 1, f"i: warned once ({warns})")
+            check(n.count("not added: every slot is held") == 0, "i: no endpoint lost for want of a slot")
+            self.pl.delete_slice("kprism-test-many")
+            want = {self.a1.endpoint: ("static", "up"), **self.all_ready([self.a2, self.a3])}
+            check(n.wait_ups(want, 15), "i: the slice deleted: the 29 extra drain, a1-a3 stay", str(len(n.ups())))
+        finally:
+            n.stop()
+            wait_until(lambda: self.pl.delete_slice("kprism-test-many") in (200, 404), 10, 0.2)
+
+    def plane2(self):
+        """A store of its own with a short history (30 events) and stand-ins on 127.0.0.21-22 whose
+        slice changes only when the test changes it (reconcile and lease TTL 1 h, no bookmarks)."""
+        if getattr(self, "p2", None):
+            return self.p2
+        log = open(os.path.join(self.d, "store3.log"), "w")
+        path = f"{self.d}/store3.sock"
+        p = subprocess.Popen([self.args.apiserver, "store", "--listen", f"unix:{path}", "--history", "30"],
+                             stdout=log, stderr=log)
+        cleanup.register("store3", lambda: clu._kill(p))
+        if not wait_until(lambda: os.path.exists(path), 10):
+            raise RuntimeError("store3 did not start")
+        port = shared_port(ADDRS2)
+        flags = [f for f in STANDIN_FLAGS] + ["--endpoint-reconcile-interval", "1h", "--endpoint-lease-ttl", "1h",
+                                              "--watch-bookmark-interval", "1h"]
+        servers = [clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 21 + i, addr=a, port=port, store=path)
+                   for i, a in enumerate(ADDRS2[:2])]
+        for sv in servers:
+            sv.start(*flags)
+        ends = {sv.endpoint for sv in servers}
+        if not wait_until(lambda: self._slice_via(servers[0]) == ends, 15, 0.1):
+            raise RuntimeError(f"store3's slice does not list {ends}")
+        self.p2 = (servers, port, flags)
+        return self.p2
+
+    def _slice_via(self, server):
+        st, doc = self.pl.api("GET", f"{SLICES}/kubernetes", via=server)
+        if st != 200:
+            return set()
+        port = doc["ports"][0]["port"] if doc.get("ports") else 0
+        return {f"{e['addresses'][0]}:{port}" for e in doc.get("endpoints") or []}
+
+    # j: the watch's resourceVersion expires while it is down: 410, a new list, nothing drained.
+    def case_j(self):
+        (c1, c2), _, _ = self.plane2()
+        n = Node(self, "j", [c1.endpoint])
+        try:
+            want = {c1.endpoint: ("static", "up"), c2.endpoint: ("discovered", "up")}
+            check(n.wait_ups(want, 15) and wait_until(lambda: n.discovery().get("state") == "watching", 10, 0.1),
+                  "j: c1 static, c2 discovered, watching", str(n.brief()))
+            rv0 = n.discovery().get("resource_version")
+            via0 = next((sv for sv in (c1, c2) if sv.endpoint == n.discovery().get("via")), None)
+            held = via0 is not None and wait_until(lambda: (via0.state() or {}).get("watches", 0) >= 1, 10, 0.05)
+            check(held, f"j: the watch is held at {via0.name if via0 else None} before the writes")
+            for i in range(40):  # more writes than the store keeps: the watch's resourceVersion expires
+                st, _ = self.pl.api("POST", "/api/v1/namespaces/default/configmaps",
+                                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"j-{i:03d}"}}, via=c1)
+                if st != 201:
+                    raise RuntimeError(f"configmap j-{i}: {st}")
+            # The store may expire the open watch itself (40 writes within one of its 200 ms progress
+            # ticks); else end it: etcd lost on its apiserver ends its watches, and kprism watches
+            # again through the other from rv0.
+            time.sleep(0.5)
+            d = n.discovery()
+            via = next((sv for sv in (c1, c2) if sv.endpoint == d.get("via")), None)
+            if d.get("lists", 0) < 2 and d.get("errors", 0) == 0 and via is not None:
+                via.control("/etcd/lose")
+            else:
+                info(f"j: the open watch itself was expired by the store (state {d.get('state')}, "
+                     f"last_error {d.get('last_error')!r})")
+            wait_until(lambda: n.discovery().get("lists", 0) >= 2, 15, 0.1)
+            d = n.discovery()
+            relisted = d.get("relists", 0) >= 1 and d.get("lists", 0) >= 2
+            check(relisted, f"j: the watch from an expired resourceVersion ({rv0}) got 410 and kprism listed again "
+                  f"(relists {d.get('relists')}, lists {d.get('lists')}, last_error {d.get('last_error')!r})")
+            failed = [line[line.find("msg="):] for line in n.log().splitlines() if "discovery: request failed" in line]
+            check(n.count("discovery: resource version too old; listing again") >= 1, "j: logged the relist",
+                  "; ".join(failed)[:400])
+            for sv in (c1, c2):
+                sv.control("/etcd/restore")
+            check(wait_until(lambda: n.discovery().get("state") == "watching" and
+                             n.discovery().get("resource_version") not in (None, "", rv0), 15, 0.1),
+                  f"j: watching again from a new resourceVersion ({n.discovery().get('resource_version')})")
+            check(n.wait_ups(want, 15) and n.count("discovery: endpoint left the slices") == 0,
+                  "j: the upstreams are as before; nothing drained", str(n.brief()))
+        finally:
+            n.stop()
+            for sv in (c1, c2):
+                sv.control("/etcd/restore")
+
+    # k: the slices replace every member at once with one not yet checked; the static list is dead.
+    def case_k(self):
+        (c1, c2), port, flags = self.plane2()
+        c3 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 23, addr=ADDRS2[2], port=port, store=self.second_store())
+        c3.start(*flags)
+        ld.create_target(self.pl.ctx, c3)
+        rv = ld.create_target(self.pl.ctx, c1)
+        dead = f"{NOBODY}:{port}"
+        # With the static list dead kprism reaches the API only through a snapshot's members.
+        snap = os.path.join(self.d, "k-snapshot", "discovery.json")
+        os.makedirs(os.path.dirname(snap))
+        with open(snap, "w") as f:
+            json.dump({"kind": "kprism-discovery-snapshot", "version": 1, "written_unix": int(time.time()),
+                       "ca_sha256": hashlib.sha256(open(self.pl.pki.ca, "rb").read()).hexdigest(),
+                       "endpoints": [c1.endpoint, c2.endpoint]}, f)
+        n = Node(self, "k", [dead], snapshot=snap)
+        try:
+            want = {dead: ("static", None), c1.endpoint: ("discovered", "up"), c2.endpoint: ("discovered", "up")}
+            check(n.wait_ups(want, 15), "k: static list dead; c1, c2 discovered and up", str(n.brief()))
+            lo = ld.Load(self.pl.ctx, n.port, requesters=2, holders=8)
+            lo.start(rv)
+            wait_until(lambda: all(lo.holder_server), 15, 0.2)
+            seen, stop = [], threading.Event()
+
+            def sample():
+                while not stop.is_set():
+                    seen.append(sum(1 for u in n.ups().values() if u.get("state") == "up"))
+                    stop.wait(0.05)
+            th = threading.Thread(target=sample, daemon=True)
+            th.start()
+            body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": "kubernetes-replacement", "namespace": "default",
+                                 "labels": {"kubernetes.io/service-name": "kubernetes"}},
+                    "addressType": "IPv4", "endpoints": [{"addresses": [c3.addr], "conditions": {"ready": True}}],
+                    "ports": [{"name": "https", "protocol": "TCP", "port": port}]}
+            check(self.pl.delete_slice("kubernetes", via=c1) == 200, "k: the slice listing c1, c2 deleted")
+            st, _ = self.pl.api("POST", SLICES, body, via=c1)
+            check(st == 201, f"k: a slice listing only c3 created at once ({st})")
+            want3 = {dead: ("static", None), c3.endpoint: ("discovered", "up")}
+            t0 = time.monotonic()
+            done = n.wait_ups(want3, 20)
+            check(done, f"k: c1 and c2 removed once c3 was up ({time.monotonic() - t0:.1f} s)", str(n.brief()))
+            drained = wait_until(lambda: set(lo.holder_server) == {c3.name}, 15, 0.2)
+            check(drained, f"k: the long-lived connections drained to c3 ({sorted(set(lo.holder_server))})")
+            waits = [line for line in n.log().splitlines() if "removal waits until an upstream that stays is up" in line]
+            check(len(waits) == 2, f"k: both removals waited for c3 (\"removal waits\" lines: {len(waits)})",
+                  "; ".join(waits))
+            time.sleep(1)
+            stop.set()
+            th.join(5)
+            lo.finish()
+            check(seen and min(seen) >= 1, f"k: some upstream up in every 50 ms sample ({len(seen)} samples, "
+                  f"fewest up {min(seen) if seen else None})")
+            bad, total, sample = load_failures(lo)
+            check(bad == 0 and total > 0, f"k: no failed request while every member was replaced ({bad} of {total})",
+                  str(sample))
+        finally:
+            n.stop()
+            c3.terminate()
+            c3.wait_exit(30)
+
     # d: the slices list nothing for a few seconds; the stand-ins restarted with a reconcile so
     # slow that the slice stays deleted until the test puts it back.
     def case_d(self):
@@ -630,7 +830,7 @@ class Run:
         n.stop()
 
 
-CASES = "fabcegd"
+CASES = "fabcieghjkd"
 
 
 def main():
