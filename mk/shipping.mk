@@ -71,11 +71,13 @@ images test-images: talos-extension ## both OCI images built with buildah into b
 	tests/packaging/images.sh
 
 SYSTEMD_UNITS := kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service
-install: $(BUILD)/kprism ## binary, man pages, example, systemd units (PREFIX, DESTDIR, SYSTEMDUNITDIR)
+install: $(BUILD)/kprism ## binary, man pages, example, discovery RBAC, systemd units (PREFIX, DESTDIR, SYSTEMDUNITDIR)
 	install -D -m 0755 $(BUILD)/kprism $(DESTDIR)$(PREFIX)/bin/kprism
 	install -D -m 0644 man/kprism.8 $(DESTDIR)$(PREFIX)/share/man/man8/kprism.8
 	install -D -m 0644 man/kprism.toml.5 $(DESTDIR)$(PREFIX)/share/man/man5/kprism.toml.5
 	install -D -m 0644 packaging/kprism.toml.example $(DESTDIR)$(PREFIX)/share/doc/kprism/kprism.toml.example
+	install -D -m 0644 packaging/kubernetes/kprism-discovery-rbac.yaml \
+		$(DESTDIR)$(PREFIX)/share/kprism/kprism-discovery-rbac.yaml
 	install -D -m 0755 packaging/systemd/kprism-copy-cert $(DESTDIR)$(PREFIX)/lib/kprism/kprism-copy-cert
 	install -d $(DESTDIR)$(SYSTEMDUNITDIR)
 	for u in $(SYSTEMD_UNITS); do \

@@ -70,7 +70,7 @@ const std::vector<OptionDef>& options() {
         {"discovery.snapshot_file", "discovery-snapshot-file", &S::discovery_snapshot_file,
          "where the discovered endpoints are kept across restarts (empty: nowhere)", 0, INT64_MAX, {}, kRestart},
         {"discovery.snapshot_max_age", "discovery-snapshot-max-age", &S::discovery_snapshot_max_age,
-         "a snapshot older than this is ignored at start", 60 * kSec, 8760 * 3600 * kSec, {}, kRestart},
+         "a snapshot older than this is ignored at start", 60 * kSec, 4320 * 3600 * kSec, {}, kRestart},
         {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port",
          0, INT64_MAX, {}, kRestart},
         {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535, {}, kRestart},

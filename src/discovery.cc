@@ -107,14 +107,14 @@ bool Discovery::on_data(std::string_view bytes) {
         }
         return phase_ == Phase::listing ? on_list_body(body) : on_watch_line_feed(body);
     });
+    if (relist_) {  // an ERROR event with code 410 in the stream
+        req_ = nullptr;
+        relist("resource version too old");
+        return false;
+    }
     if (!ok) {
         req_ = nullptr;
         failed(fail_.empty() ? "bad response: " + http_.error() : fail_);
-        return false;
-    }
-    if (relist_) {  // 410 in the stream
-        req_ = nullptr;
-        relist("resource version too old");
         return false;
     }
     if (http_.state() == HttpStream::State::done) {
@@ -169,6 +169,7 @@ bool Discovery::on_watch_line(std::string_view line) {
         break;
     }
     if (!ev.resource_version.empty()) st_.resource_version = ev.resource_version;
+    cp_.discovery_confirmed();  // the watch is live: the snapshot's set is current
     return true;
 }
 
@@ -214,7 +215,9 @@ void Discovery::on_end(bool clean, const std::string& why) {
         st_.resource_version = list.resource_version;
         backoff_ms_ = 0;
         forbidden_logged_ = false;
+        logged_error_.clear();
         publish();
+        cp_.discovery_confirmed();
         log::info("discovery: listed endpoint slices", {{"via", st_.via}, {"resource_version", st_.resource_version},
                                                         {"slices", static_cast<uint64_t>(slices_.size())},
                                                         {"endpoints", st_.endpoints}});
@@ -254,9 +257,12 @@ void Discovery::failed(const std::string& why, bool forbidden) {
             log::error("discovery: forbidden; apply packaging/kubernetes/kprism-discovery-rbac.yaml",
                        {{"via", st_.via}, {"error", why}, {"retry_in", format_duration(Duration{static_cast<int64_t>(wait)})}});
         forbidden_logged_ = true;
-    } else {
+    } else if (why != logged_error_) {  // one line per kind of failure, not one per retry
         log::warn("discovery: request failed; retrying",
                   {{"via", st_.via}, {"error", why}, {"retry_in", format_duration(Duration{static_cast<int64_t>(wait)})}});
+        logged_error_ = why;
+    } else {
+        KPRISM_DEBUG("discovery: request failed again", {{"via", st_.via}, {"error", why}});
     }
     arm(wait, "backoff");
 }

@@ -67,12 +67,12 @@ bool HttpStream::feed(std::string_view data, const std::function<bool(std::strin
     if (state_ == State::done) return true;
     if (state_ == State::head) {
         size_t old = head_.size();
-        size_t take = std::min(data.size(), kMaxHead - old);
+        size_t take = std::min(data.size(), kMaxResponseHead - old);
         head_.append(data.data(), take);
         if (head_.size() >= 5 && head_.compare(0, 5, "HTTP/") != 0) return fail_false("not an HTTP response");
         size_t end = head_.find("\r\n\r\n", old >= 3 ? old - 3 : 0);
         if (end == std::string::npos) {
-            if (head_.size() >= kMaxHead) return fail_false(fmt::format("response head larger than {} bytes", kMaxHead));
+            if (head_.size() >= kMaxResponseHead) return fail_false(fmt::format("response head larger than {} bytes", kMaxResponseHead));
             return true;
         }
         head_.resize(end + 4);
@@ -214,7 +214,7 @@ bool HttpStream::chunk_line(std::string_view line) {
             return true;
         }
         trailer_bytes_ += line.size() + 2;
-        if (++trailer_lines_ > kMaxHeaderLines || trailer_bytes_ > kMaxHead)
+        if (++trailer_lines_ > kMaxHeaderLines || trailer_bytes_ > kMaxResponseHead)
             return fail_false("too many trailer lines");
         return true;
     }

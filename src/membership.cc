@@ -150,7 +150,7 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
         if (std::find(departing_.begin(), departing_.end(), key) == departing_.end()) departing_.push_back(key);
     }
     settle_departures();
-    if (changed && src == Source::discovered) write_snapshot();
+    if (changed && src == Source::discovered) write_snapshot();  // else discovery_confirmed() keeps it fresh
 }
 
 // Removes the upstreams that left the slices, but only while some upstream that stays is up: a
@@ -199,13 +199,17 @@ void ControlPlane::remove_upstream(Upstream& u, const char* msg, uint64_t drain_
 // time, the newest set last.
 void ControlPlane::write_snapshot() {
     const Settings& s = config().s;
-    if (s.discovery_snapshot_file.empty() || discovered_ == snapshot_set_) return;
+    const auto now = static_cast<int64_t>(std::time(nullptr));
+    if (s.discovery_snapshot_file.empty() || discovered_.empty()) return;
+    if (discovered_ == snapshot_set_ && now - snapshot_.written_unix < kSnapshotRefreshS &&
+        now >= snapshot_.written_unix)
+        return;
     if (snapshot_writing_) {
         snapshot_again_ = true;
         return;
     }
     DiscoverySnapshot snap;
-    snap.written_unix = static_cast<int64_t>(std::time(nullptr));
+    snap.written_unix = now;
     snap.ca_sha256 = ca_sha256_;
     for (const auto& key : discovered_) {
         HostPort hp;

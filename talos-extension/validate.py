@@ -47,6 +47,9 @@ KUBELET_DIR = "/var/lib/kubelet"
 KUBELET_PKI = "/var/lib/kubelet/pki"
 HOST_CA_DIR = "/etc/kubernetes/pki"
 HOST_CA = "/etc/kubernetes/pki/ca.crt"  # constants.KubernetesCACert, written by Talos
+# The one writable mount: kprism's state directory, discovery.snapshot_file's default directory.
+STATE_DIR = "/var/lib/kprism"
+SNAPSHOT = STATE_DIR + "/discovery.json"
 # runner/runner.go DefaultOptions: GracefulShutdownTimeout 10 s between SIGTERM and SIGKILL.
 TALOS_KILL_SECONDS = 10
 DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
@@ -293,22 +296,30 @@ def check_service(tree, path, allow_dynamic):
 
 def check_kprism_mounts(fname, mounts):
     """kprism's rules for its mounts: the kubelet PKI and the host CA, each a plain read-only
-    bind of its directory, and nothing writable."""
+    bind of its directory, and nothing writable but the state directory /var/lib/kprism, a plain
+    read-write bind of the host's /var/lib/kprism."""
     for mt in mounts:
         opts = mt.get("options") or []
         src = mt.get("source") or ""
-        if "ro" not in opts:
-            err(f"{fname}: mount of {src} must be read-only (option ro)")
+        if mt.get("destination") == STATE_DIR:
+            if src != STATE_DIR or mt.get("type") != "bind" or "bind" not in opts or "rbind" in opts \
+                    or "ro" in opts or "rw" not in opts:
+                err(f"{fname}: the state directory {STATE_DIR} must be type bind, options bind and rw, "
+                    f"from the host's {STATE_DIR}")
+        elif "ro" not in opts:
+            err(f"{fname}: mount of {src} must be read-only (option ro); only {STATE_DIR} may be writable")
         if src == KUBELET_DIR or "rbind" in opts and src.startswith(KUBELET_DIR):
             err(f"{fname}: mount of {src} with {'rbind' if 'rbind' in opts else 'bind'} brings in every "
                 f"pod's volumes, secrets included; mount only {KUBELET_PKI} (bind, ro)")
     by_dest = {mt.get("destination"): mt for mt in mounts}
     for want, why in ((KUBELET_PKI, "kubelet's rotating client certificate"),
-                      (HOST_CA_DIR, "the cluster CA Talos keeps current")):
+                      (HOST_CA_DIR, "the cluster CA Talos keeps current"),
+                      (STATE_DIR, "the state directory, for the discovery snapshot")):
         mt = by_dest.get(want)
         if not mt:
             err(f"{fname}: no mount of the host's {want} ({why})")
-        elif mt.get("source") != want or mt.get("type") != "bind" or "bind" not in (mt.get("options") or []):
+        elif want != STATE_DIR and (mt.get("source") != want or mt.get("type") != "bind"
+                                    or "bind" not in (mt.get("options") or [])):
             err(f"{fname}: {want} must be type bind, options bind and ro, from the host's {want}")
 
 
@@ -388,6 +399,12 @@ def check_service_config(where, d, service):
         p = health.get(key, default)
         if not inside(p, mounts + list(by_path)):
             err(f"{where}: health.{key} {p} is neither inside a mount of the service nor a configFiles entry")
+    # With discovery on, the snapshot must land in the writable state mount (the root filesystem
+    # and every other mount are read-only): kprism would warn on every write and find none at start.
+    disc = toml.get("discovery") or {}
+    snap = disc.get("snapshot_file", SNAPSHOT)
+    if disc.get("enabled") is True and snap and not inside(snap, [STATE_DIR]):
+        err(f"{where}: discovery.snapshot_file {snap} is not under the writable state mount {STATE_DIR}")
     ca = health.get("ca_file", HOST_CA)
     if ca in by_path:
         err(f"{where}: health.ca_file {ca} is a copy in the ExtensionServiceConfig: it goes stale after "

@@ -100,6 +100,11 @@ public:
     // configured ones are the floor. An empty set changes nothing; more than kMaxDiscovered keep
     // the known ones first (membership.cc).
     void apply_discovered(std::vector<HostPort> endpoints, Source src);
+    // The API just confirmed the discovered set (a list, a watch event or bookmark): the snapshot
+    // is written again if it is older than kSnapshotRefreshS, so that its age says how long ago
+    // the API last spoke, not how long the membership has been stable.
+    void discovery_confirmed() { write_snapshot(); }
+    static constexpr int64_t kSnapshotRefreshS = 3600;
     // nullptr when discovery is off.
     const DiscoveryStatus* discovery() const;
     const SnapshotStatus& snapshot() const { return snapshot_; }

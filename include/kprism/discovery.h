@@ -75,6 +75,7 @@ private:
     uint64_t watch_started_ms_ = 0;
     uint64_t backoff_ms_ = 0;
     bool forbidden_logged_ = false;
+    std::string logged_error_;  // the failure last logged; the same one again is not
     std::map<std::string, std::vector<HostPort>> slices_;  // by slice name
 };
 

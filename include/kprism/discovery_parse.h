@@ -16,7 +16,7 @@
 
 namespace kprism {
 
-// Streamed HTTP/1.1 response reader: a bounded head (status line + headers, at most kMaxHead bytes
+// Streamed HTTP/1.1 response reader: a bounded head (status line + headers, at most kMaxResponseHead bytes
 // including the blank line, at most kMaxHeaderLines header lines), then the body by
 // Transfer-Encoding: chunked, Content-Length, or until EOF. Body bytes are handed out as they
 // arrive, never buffered here; only a chunk-size or trailer line is kept (at most kMaxLine bytes).
@@ -27,7 +27,7 @@ namespace kprism {
 class HttpStream {
 public:
     enum class State { head, body, done, error };
-    static constexpr size_t kMaxHead = 16384;
+    static constexpr size_t kMaxResponseHead = 16384;
     static constexpr size_t kMaxHeaderLines = 100;
     static constexpr size_t kMaxLine = 4096;  // a chunk-size line (with extensions) or a trailer line
 
@@ -58,7 +58,7 @@ private:
     bool hand_out(std::string_view piece, const std::function<bool(std::string_view)>& on_body);
 
     State state_ = State::head;
-    std::string head_;  // the head so far, at most kMaxHead bytes
+    std::string head_;  // the head so far, at most kMaxResponseHead bytes
     int status_ = 0;
     bool chunked_ = false;
     long long content_length_ = -1;

@@ -109,7 +109,7 @@ TEST(Admin, Routes) {
     EXPECT_EQ(s.status, 200);
     EXPECT_EQ(s.header("Content-Type"), "application/json");
     EXPECT_NE(s.body.find("\"ready\":false"), std::string::npos) << s.body;
-    EXPECT_NE(s.body.find("{\"address\":\"" + dead + "\",\"zone\":\"\",\"state\":\"unknown\",\"last_result\":null"),
+    EXPECT_NE(s.body.find("{\"address\":\"" + dead + "\",\"zone\":\"\",\"source\":\"static\",\"state\":\"unknown\",\"last_result\":null"),
               std::string::npos)
         << s.body;
 

@@ -9,7 +9,9 @@ Prints "PASS name" / "FAIL name: why" per check and exits 1 if any failed.
 Needs python3-yaml (Debian: apt-get install python3-yaml) and Python 3.11+ (tomllib).
 
 The pod may run as root (to read kubelet's 0600 client key) only with every capability dropped,
-none added, no privilege escalation, a read-only root filesystem and read-only mounts. A non-root
+none added, no privilege escalation, a read-only root filesystem and read-only mounts but one: the
+state directory, hostPath /var/lib/kprism (DirectoryOrCreate) at /var/lib/kprism, where the
+discovery snapshot is written. A non-root
 pod must not name kubelet's key in kprism.toml (it could not read it). The memory limit must
 cover what kprism.toml's max_connections allows: BASE_KIB + max_connections x PER_CONNECTION_KIB
 (bench/RESULTS.md, "Memory under stalled connections").
@@ -31,6 +33,8 @@ BASE_KIB = 8 * 1024
 PER_CONNECTION_KIB = 130
 DEFAULT_MAX_CONNECTIONS = 10000  # man/kprism.toml.5
 KUBELET_PKI = "/var/lib/kubelet/pki"
+# The one writable mount: discovery.snapshot_file's default directory (man/kprism.toml.5).
+STATE_DIR = "/var/lib/kprism"
 # Host directories that hold cluster private keys (ca.key, sa.key, etcd/ on control-plane nodes).
 KEY_DIRS = ("/", "/etc", "/etc/kubernetes", "/etc/kubernetes/pki", "/var/lib", "/var/lib/kubelet")
 
@@ -123,16 +127,26 @@ def main(argv):
 
     mounts = c.get("volumeMounts") or []
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-    check("every volumeMount readOnly", bool(mounts) and all(m.get("readOnly") is True for m in mounts),
-          [m.get("name") for m in mounts if m.get("readOnly") is not True])
+    writable = [m for m in mounts if m.get("readOnly") is not True]
+    state = [m for m in mounts if m.get("mountPath") == STATE_DIR]
+    check(f"every volumeMount readOnly but the state directory {STATE_DIR}",
+          bool(mounts) and all(m.get("mountPath") == STATE_DIR for m in writable),
+          [m.get("name") for m in writable if m.get("mountPath") != STATE_DIR])
+    state_hp = get(volumes.get(state[0].get("name")), "hostPath") if len(state) == 1 else None
+    check(f"the state directory: one writable mount of hostPath {STATE_DIR} (DirectoryOrCreate) at {STATE_DIR}",
+          len(state) == 1 and state[0].get("readOnly") is not True and not state[0].get("subPath")
+          and (state_hp or {}).get("path") == STATE_DIR and (state_hp or {}).get("type") == "DirectoryOrCreate",
+          [(m.get("name"), m.get("readOnly"), get(volumes.get(m.get("name")), "hostPath")) for m in state]
+          or "no mount at " + STATE_DIR)
     if root:
         why = {"capabilities not drop [ALL]": caps.get("drop") != ["ALL"],
                "capabilities added": bool(caps.get("add")),
                "allowPrivilegeEscalation not false": csc.get("allowPrivilegeEscalation") is not False,
                "privileged": bool(csc.get("privileged")),
                "root filesystem writable": csc.get("readOnlyRootFilesystem") is not True,
-               "a mount not readOnly": not mounts or any(m.get("readOnly") is not True for m in mounts)}
-        check("uid 0 only with no capabilities, no escalation, read-only root and mounts",
+               "a mount not readOnly (but the state directory)":
+                   not mounts or any(m.get("mountPath") != STATE_DIR for m in writable)}
+        check("uid 0 only with no capabilities, no escalation, read-only root and mounts (but the state directory)",
               not any(why.values()), [k for k, v in why.items() if v])
     check("every volumeMount has a volume", all(m.get("name") in volumes for m in mounts),
           [m.get("name") for m in mounts if m.get("name") not in volumes])

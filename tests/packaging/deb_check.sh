@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Checks the Debian package: file list (binary, units, man pages, conffile), the conffiles
-# entry, and the extracted binary itself (--version, `check` of the shipped conffile, the unit
+# Checks the Debian package: file list (binary, units, man pages, conffile, the discovery RBAC),
+# the conffiles entry, and the extracted binary itself (--version, `check` of the shipped conffile, the unit
 # files under systemd-analyze verify). Takes the .deb as argument, else the newest
 # build/kprism_*.deb, else builds one with `make deb` (about a minute).
 # Usage: tests/packaging/deb_check.sh [build/kprism_0.1.0-1_amd64.deb]
@@ -21,7 +21,8 @@ contents=$(dpkg-deb -c "$deb" | awk '{ print $NF }' | sed 's|^\./|/|')
 for f in /usr/bin/kprism /lib/systemd/system/kprism.service /lib/systemd/system/kprism.socket \
         /lib/systemd/system/kprism-admin.socket /lib/systemd/system/kprism-cert.path \
         /lib/systemd/system/kprism-cert.service /usr/lib/kprism/kprism-copy-cert /usr/share/man/man8/kprism.8.gz \
-        /usr/share/man/man5/kprism.toml.5.gz /etc/kprism/kprism.toml; do
+        /usr/share/man/man5/kprism.toml.5.gz /etc/kprism/kprism.toml \
+        /usr/share/kprism/kprism-discovery-rbac.yaml; do
     grep -qxF "$f" <<<"$contents" && ok "contains $f" || bad "$deb lacks $f"
 done
 conffiles=$(dpkg-deb -I "$deb" conffiles 2>/dev/null || true)
@@ -63,6 +64,11 @@ fi
 # The packaged units still point at /usr/bin/kprism and verify against the packaged binary.
 grep -qx 'ExecStart=/usr/bin/kprism --config /etc/kprism/kprism.toml' "$root/lib/systemd/system/kprism.service" \
     && ok "kprism.service ExecStart=/usr/bin/kprism" || bad "kprism.service ExecStart"
+grep -qx 'StateDirectory=kprism' "$root/lib/systemd/system/kprism.service" \
+    && ok "kprism.service StateDirectory=kprism (the discovery snapshot)" || bad "kprism.service lacks StateDirectory=kprism"
+cmp -s "$root/usr/share/kprism/kprism-discovery-rbac.yaml" packaging/kubernetes/kprism-discovery-rbac.yaml \
+    && ok "/usr/share/kprism/kprism-discovery-rbac.yaml is packaging/kubernetes/kprism-discovery-rbac.yaml" \
+    || bad "/usr/share/kprism/kprism-discovery-rbac.yaml differs from packaging/kubernetes/"
 if command -v systemd-analyze >/dev/null; then
     mkdir -p "$root/verify"
     units=(kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service)

@@ -4,14 +4,20 @@
 #  - the assembled Talos extension tree (build/talos-extension, `make talos-extension`) passes
 #    talos-extension/validate.py with the four example patches, and broken copies of the tree
 #    (world-writable, setuid, a file outside the allowed paths, name mismatch, writable or rbind
-#    kubelet mount, no CA mount, no restart, connectivity dependency, entrypoint not executable,
+#    kubelet mount, no CA mount, no state mount or a wrong one, a writable mount elsewhere, no
+#    restart, connectivity dependency, entrypoint not executable,
 #    dynamically linked entrypoint, a version that is not the release) and of the patches (wrong
 #    or misplaced endpoint, KubePrism on, unpinned installer, 1.14 conflicts, pasted CA, drain
-#    over Talos's kill) fail;
+#    over Talos's kill, the discovery snapshot outside the state mount) fail;
 #  - the TOML inside the patches' one ExtensionServiceConfig passes `kprism check` with the tree's binary;
 #  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, and a broken copy
-#    per rule fails for that rule (writable mount, root with capabilities, non-root with the
-#    kubelet key, memory under max_connections, a mount of the host PKI with keys);
+#    per rule fails for that rule (a writable mount other than the state directory
+#    /var/lib/kprism, the state volume from elsewhere or not DirectoryOrCreate, root with
+#    capabilities, non-root with the kubelet key, memory under max_connections, a mount of the
+#    host PKI with keys);
+#  - packaging/kubernetes/kprism-discovery-rbac.yaml grants exactly get/list/watch on
+#    discovery.k8s.io endpointslices to the group system:nodes (tests/packaging/check_rbac.py),
+#    and broken copies fail;
 #  - every packaging/examples/*.toml names its deploy path and is right for it
 #    (tests/packaging/example_paths.py), broken copies fail;
 #  - every packaging/examples/*.toml, packaging/kubernetes/kprism.toml and
@@ -98,6 +104,10 @@ else
     mutant "/var/lib/kubelet rbind (every pod's volumes)" \
         "sed -i 's|/var/lib/kubelet/pki|/var/lib/kubelet|; 0,/^        - bind\$/s//        - rbind/' $SPEC"
     mutant "no mount of the host CA" "sed -i '/- source: \/etc\/kubernetes\/pki/,/- ro\$/d' $SPEC"
+    mutant "no state directory mount" "sed -i '/- source: \/var\/lib\/kprism\$/,/- rw\$/d' $SPEC"
+    mutant "state directory from another host directory" "sed -i 's|source: /var/lib/kprism\$|source: /var/lib|' $SPEC"
+    mutant "state directory with rbind" "sed -i '/source: \/var\/lib\/kprism\$/,/- rw\$/s/- bind\$/- rbind/' $SPEC"
+    mutant "writable mount at another path" "sed -i 's|destination: /var/lib/kprism\$|destination: /var/lib/kprism-state|' $SPEC"
     mutant "service without restart" "sed -i '/^restart:/d' $SPEC"
     mutant "depends on network connectivity" "sed -i 's/^      - addresses\$/      - addresses\n      - connectivity/' $SPEC"
     mutant "entrypoint not executable" "chmod a-x $ENTRY"
@@ -140,6 +150,9 @@ else
     bad_patch "client certificate outside the service's mounts" worker "$tmp/p10.yaml"
     sed '/^      drain_timeout/d' "$W" > "$tmp/p11.yaml"
     bad_patch "drain_timeout left at 30s, over Talos's 10 s kill" worker "$tmp/p11.yaml"
+    sed 's/^      # \[discovery\]$/      [discovery]/; s/^      # enabled = true$/      enabled = true\n      snapshot_file = "\/usr\/local\/etc\/kprism\/discovery.json"/' \
+        "$W" > "$tmp/p14.yaml"
+    bad_patch "discovery on with the snapshot outside the state mount" worker "$tmp/p14.yaml"
     sed 's/^name: kprism/name: other/' "$W" > "$tmp/p12.yaml"
     bad_patch "ExtensionServiceConfig for another service" worker "$tmp/p12.yaml"
     sed 's|mountPath: /usr/local/etc/kprism/kprism.toml|mountPath: /etc/kprism.toml|' "$W" > "$tmp/p13.yaml"
@@ -187,7 +200,14 @@ pod_reject() {
     sed "$3" $POD > "$tmp/pod-mutant.yaml"
     reject "static pod: $1 is rejected" caught_by "$2" /usr/bin/python3 $CM --toml $POD_TOML "$tmp/pod-mutant.yaml"
 }
-pod_reject "a mount with readOnly: false" "every volumeMount readOnly" '0,/readOnly: true/s//readOnly: false/'
+pod_reject "a mount with readOnly: false" "every volumeMount readOnly but the state directory" \
+    '0,/readOnly: true/s//readOnly: false/'
+pod_reject "the writable mount at another path" "every volumeMount readOnly but the state directory" \
+    's|mountPath: /var/lib/kprism$|mountPath: /var/lib/kprism-state|'
+pod_reject "the state volume from another host directory" "the state directory: one writable mount" \
+    's|path: /var/lib/kprism$|path: /var/lib/kprism-other|'
+pod_reject "the state volume not DirectoryOrCreate" "the state directory: one writable mount" \
+    '/path: \/var\/lib\/kprism$/{n;s/DirectoryOrCreate/Directory/}'
 pod_reject "root with capabilities not dropped" "uid 0 only with no capabilities" 's/drop: \["ALL"\]/drop: []/'
 reject "static pod: non-root (65532) with kprism.toml naming kubelet's key is rejected" \
     caught_by "a non-root pod does not name kubelet's root-only key" \
@@ -195,6 +215,23 @@ reject "static pod: non-root (65532) with kprism.toml naming kubelet's key is re
 pod_reject "a memory limit below max_connections' need" "memory limit covers max_connections" 's/memory: 192Mi/memory: 64Mi/'
 pod_reject "mounting /etc/kubernetes/pki (the CA's key)" "no mount exposes a host directory" \
     's|/etc/kubernetes/pki/ca.crt$|/etc/kubernetes/pki|; s/type: File$/type: Directory/'
+
+# --- discovery RBAC ---
+RBAC=packaging/kubernetes/kprism-discovery-rbac.yaml
+CR=tests/packaging/check_rbac.py
+check "rbac: $RBAC grants get/list/watch on endpointslices to system:nodes" /usr/bin/python3 $CR
+# rbac_reject NAME RULE SED-EXPR: the RBAC file changed by SED-EXPR must fail, for RULE.
+rbac_reject() {
+    sed "$3" $RBAC > "$tmp/rbac-mutant.yaml"
+    reject "rbac: $1 is rejected" caught_by "$2" /usr/bin/python3 $CR "$tmp/rbac-mutant.yaml"
+}
+rbac_reject "a wildcard verb" "one rule" 's/verbs: \["get", "list", "watch"\]/verbs: ["*"]/'
+rbac_reject "an extra verb (create)" "one rule" 's/"watch"\]/"watch", "create"]/'
+rbac_reject "endpoints instead of endpointslices" "one rule" 's/resources: \["endpointslices"\]/resources: ["endpoints"]/'
+rbac_reject "the core API group" "one rule" 's/apiGroups: \["discovery.k8s.io"\]/apiGroups: [""]/'
+rbac_reject "bound to system:authenticated" "one subject: Group system:nodes" 's/name: system:nodes/name: system:authenticated/'
+rbac_reject "bound to a User" "one subject: Group system:nodes" 's/kind: Group/kind: User/'
+rbac_reject "no SPDX line" "SPDX line first" '1d'
 
 # --- example configurations ---
 # Each example names the deploy path it is for, and its certificate paths must be the ones that

@@ -32,7 +32,7 @@ if [ -n "$out" ]; then echo "$out"; fail=1; fi
 for want in Type=notify NotifyAccess=main WatchdogSec=10s TimeoutStopSec=35s Restart=always \
         'ExecReload=/usr/bin/kprism reload --config /etc/kprism/kprism.toml --pid $MAINPID' \
         'ExecStartPre=/usr/bin/kprism check --config /etc/kprism/kprism.toml' \
-        'ExecStartPre=+/usr/lib/kprism/kprism-copy-cert' DynamicUser=yes RuntimeDirectory=kprism \
+        'ExecStartPre=+/usr/lib/kprism/kprism-copy-cert' DynamicUser=yes RuntimeDirectory=kprism StateDirectory=kprism \
         Wants=kprism-cert.path CapabilityBoundingSet= ProtectSystem=strict NoNewPrivileges=yes; do
     grep -qxF "$want" packaging/systemd/kprism.service || { echo "systemd_verify: kprism.service lacks '$want'"; fail=1; }
 done

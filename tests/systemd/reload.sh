@@ -5,8 +5,9 @@
 # the way a user gets it (the package build/kprism_*.deb with dpkg -i if a fresh one exists, else
 # the static binary build/static/kprism if fresh, else `make install`), two TLS stand-in
 # apiservers on the host's loopback requiring a client certificate (the container shares the
-# host's network namespace). It checks: the start (copy of the kubelet's root-only key, READY,
-# the upstream up through `kprism status`), `systemctl reload` applying an added endpoint, and
+# host's network namespace). It checks: the start (copy of the kubelet's root-only key, the state
+# directory /var/lib/kprism, READY, the upstream up through `kprism status`), `systemctl reload`
+# applying an added endpoint, and
 # failing, with kprism reload's reason in the journal and `systemctl status`, for a TOML syntax
 # error, a value out of bounds and a listen address that cannot be bound, while the service
 # keeps running the old configuration and passing TLS through; all without /bin/kill (no
@@ -355,6 +356,12 @@ uid=$(C awk '/^Uid:/ { print $2 }' "/proc/$MAINPID/status" 2>/dev/null)  # MainP
 own=$(C stat -c '%u %a' /run/kprism/kubelet-client.pem 2>&1)
 [ "$own" = "$uid 400" ] && ok "the key copy /run/kprism/kubelet-client.pem is owned by uid $uid, mode 0400" \
     || bad "the key copy: '$own', not '$uid 400'"
+# StateDirectory=kprism with DynamicUser=yes: /var/lib/private/kprism owned by the dynamic uid,
+# /var/lib/kprism a symlink to it (where the discovery snapshot is written).
+state=$(C stat -L -c '%u %a' /var/lib/kprism 2>&1); link=$(C readlink /var/lib/kprism 2>&1)
+[ "$state" = "$uid 700" ] && [ "$link" = private/kprism ] \
+    && ok "StateDirectory: /var/lib/kprism -> $link, owned by uid $uid, mode 0700" \
+    || bad "StateDirectory: /var/lib/kprism is '$state' -> '$link', not '$uid 700' -> private/kprism"
 jsince "$c0" | grep -q 'kprism-copy-cert: copied /var/lib/kubelet/pki/kubelet-client-current.pem to /run/kprism/kubelet-client.pem' \
     && ok "ExecStartPre=+kprism-copy-cert copied the kubelet's key" || bad "no kprism-copy-cert line in the journal"
 sout=$(C kprism status --config /etc/kprism/kprism.toml 2>&1); src=$?

@@ -825,12 +825,14 @@ TEST(Config, ChoicesAreDecidedOnceIntoEnums) {
     EXPECT_EQ(load_ok(kEp, {"--log-level=error"}).log_level, log::Level::error);
 }
 
-// Only the admin address waits for a restart; a reload applies everything else.
+// Only the admin address and discovery wait for a restart; a reload applies everything else.
 TEST(Config, ReloadableColumn) {
     std::vector<std::string> restart_only;
     for (const auto& o : options())
         if (!o.reloadable) restart_only.push_back(o.key);
-    EXPECT_EQ(restart_only, (std::vector<std::string>{"health.bind_address", "health.port"}));
+    EXPECT_EQ(restart_only, (std::vector<std::string>{"discovery.enabled", "discovery.snapshot_file",
+                                                      "discovery.snapshot_max_age", "health.bind_address",
+                                                      "health.port"}));
 }
 
 // One rule for the TLS server name: the endpoint's own, else health.server_name, else empty (the

@@ -137,15 +137,15 @@ TEST(DiscoveryHttpStream, TruncatedChunkedAtEofIsAnError) {
 }
 
 TEST(DiscoveryHttpStream, OversizeHead) {
-    std::string r = "HTTP/1.1 200 OK\r\nX-Big: " + std::string(HttpStream::kMaxHead, 'a') + "\r\n\r\n";
+    std::string r = "HTTP/1.1 200 OK\r\nX-Big: " + std::string(HttpStream::kMaxResponseHead, 'a') + "\r\n\r\n";
     HttpStream h;
     EXPECT_FALSE(feed(h, r, 1000).ok);
     EXPECT_EQ(h.state(), State::error);
     EXPECT_NE(h.error().find("larger than 16384"), std::string::npos) << h.error();
     // Exactly at the bound is fine.
     std::string head = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nX-Pad: ";
-    head += std::string(HttpStream::kMaxHead - head.size() - 4, 'p') + "\r\n\r\n";
-    ASSERT_EQ(head.size(), HttpStream::kMaxHead);
+    head += std::string(HttpStream::kMaxResponseHead - head.size() - 4, 'p') + "\r\n\r\n";
+    ASSERT_EQ(head.size(), HttpStream::kMaxResponseHead);
     HttpStream at;
     Fed f = feed(at, head + "x");
     EXPECT_TRUE(f.ok) << at.error();

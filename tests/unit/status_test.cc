@@ -132,7 +132,9 @@ struct Fixture {
         b.failing_checks.names = {"etcd"};
         b.down_reason = DownReason::etcd;
         b.last_change_unix = 1500;
+        b.source = Source::discovered;
         c.name = "[fd00::3]:6443";
+        c.source = Source::snapshot;
         s.version = "0.9.0";
         s.pid = 4242;
         s.connections_active = 17;
@@ -174,6 +176,16 @@ TEST(Status, JsonRoundTrip) {
     EXPECT_EQ(d.upstreams[0].down_reason, "") << "null: not down";
     EXPECT_NE(json.find(R"("failing_checks":["etcd"],"failing_checks_more":0,"down_reason":"etcd")"), std::string::npos)
         << json;
+    EXPECT_EQ(d.upstreams[0].source, "static");
+    EXPECT_EQ(d.upstreams[1].source, "discovered");
+    EXPECT_EQ(d.upstreams[2].source, "snapshot");
+    EXPECT_FALSE(d.discovery.enabled);
+    EXPECT_NE(json.find(R"("discovery":{"enabled":false,"state":"off","via":null,"resource_version":null,"endpoints":0,)"),
+              std::string::npos)
+        << json;
+    EXPECT_NE(json.find(R"("snapshot":{"path":"","state":"disabled","detail":"","written_unix":null,"age_seconds":null}})"),
+              std::string::npos)
+        << json;
     EXPECT_EQ(d.upstreams[2].state, "unknown");
     EXPECT_EQ(d.upstreams[2].last_result, "") << "null";
     EXPECT_LT(d.upstreams[2].rtt_ms, 0) << "null";
@@ -185,7 +197,7 @@ TEST(Status, JsonRoundTrip) {
     // Members in document order, as before nlohmann.
     EXPECT_EQ(json.rfind(R"({"version":"0.9.0","pid":4242,"ready":true,"fail_open":false,"draining":false,)", 0), 0u)
         << json;
-    EXPECT_NE(json.find(R"({"address":"10.0.0.1:6443","zone":"zone-a","state":"up","last_result":"ready",)"),
+    EXPECT_NE(json.find(R"({"address":"10.0.0.1:6443","zone":"zone-a","source":"static","state":"up","last_result":"ready",)"),
               std::string::npos)
         << json;
     EXPECT_EQ(d.pid, 4242);
@@ -369,10 +381,10 @@ TEST(Status, Table) {
     EXPECT_EQ(t,
               "kprism 0.9.0: 1 of 3 upstreams up, 17 connections\n"
               "client certificate /O=system:nodes/CN=system:node:n1: expires in 30d (1970-01-31T00:19:52Z)\n"
-              "UPSTREAM        ZONE    STATE    LAST RESULT  CHECKS  RTT    CONNS  SINCE  ERROR\n"
-              "10.0.0.1:6443   zone-a  up       ready        -       1.4ms  17     3m12s\n"
-              "10.0.0.2:6443   -       down     not_ready    etcd    -      0      0s     HTTP 500: [-]etcd \"failed\"\n"
-              "[fd00::3]:6443  -       unknown  -            -       -      0      -\n");
+              "UPSTREAM        ZONE    SOURCE      STATE    LAST RESULT  CHECKS  RTT    CONNS  SINCE  ERROR\n"
+              "10.0.0.1:6443   zone-a  static      up       ready        -       1.4ms  17     3m12s\n"
+              "10.0.0.2:6443   -       discovered  down     not_ready    etcd    -      0      0s     HTTP 500: [-]etcd \"failed\"\n"
+              "[fd00::3]:6443  -       snapshot    unknown  -            -       -      0      -\n");
     std::string colored = render_status_table(d, 1192, true);
     EXPECT_NE(colored.find("\x1b[32mup\x1b[0m       ready"), std::string::npos) << colored;
     EXPECT_NE(colored.find("\x1b[31mdown\x1b[0m"), std::string::npos);
