@@ -771,6 +771,57 @@ class Run:
             c3.terminate()
             c3.wait_exit(30)
 
+    # l: reloads move addresses between the static list and the discovered set without draining.
+    def case_l(self):
+        a1, a2, a3 = self.a1, self.a2, self.a3
+        dead = f"{NOBODY}:{self.pl.port}"
+        cfg = os.path.join(self.d, "l.toml")
+
+        def write(eps):
+            with open(cfg + ".new", "w") as f:
+                f.write("endpoints = [" + ", ".join(f'"{e}"' for e in eps) + "]\n")
+            os.rename(cfg + ".new", cfg)
+        write([a1.endpoint])
+        n = Node(self, "l", [], extra=["--config", cfg])
+        lo = None
+        try:
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3])}
+            check(n.wait_ups(want, 15), "l: from the file a1 static; a2, a3 discovered", str(n.brief()))
+            lo = ld.Load(self.pl.ctx, n.port, requesters=2, holders=8)
+            lo.start(self.rv)
+            wait_until(lambda: all(lo.holder_server), 15, 0.2)
+            steps = [
+                ([a1.endpoint, a2.endpoint], {a1.endpoint: ("static", "up"), a2.endpoint: ("static", "up"),
+                                              a3.endpoint: ("discovered", "up")}, "a2 added to the file: static"),
+                ([a1.endpoint], want, "a2 out of the file again: discovered, as it is in the slice"),
+                ([a2.endpoint], {a1.endpoint: ("discovered", "up"), a2.endpoint: ("static", "up"),
+                                 a3.endpoint: ("discovered", "up")}, "a1 out of the file, a2 in: a1 discovered"),
+                ([a2.endpoint, dead], {a1.endpoint: ("discovered", "up"), a2.endpoint: ("static", "up"),
+                                       a3.endpoint: ("discovered", "up"), dead: ("static", None)},
+                 "an address in no slice added to the file: static"),
+                ([a1.endpoint], want, "back to a1 alone: the dead one removed, a2 discovered"),
+            ]
+            for eps, w, what in steps:
+                gen = (n.status() or {}).get("reload", {}).get("generation", 0)
+                write(eps)
+                n.k.proc.send_signal(signal.SIGHUP)
+                done = wait_until(lambda: (n.status() or {}).get("reload", {}).get("generation", 0) > gen, 10, 0.05)
+                res = (n.status() or {}).get("reload", {})
+                check(done and res.get("last_result") == "ok" and n.wait_ups(w, 10),
+                      f"l: reload: {what}", f"{res.get('last_result')} {res.get('last_error')} {n.brief()}")
+            removed = [line[line.find("msg="):] for line in n.log().splitlines()
+                       if "connections drain" in line]
+            check(len(removed) == 1 and dead in removed[0],
+                  f"l: only the dead address was removed by the reloads ({len(removed)})", "; ".join(removed))
+            time.sleep(1)
+            lo.finish()
+            bad, total, sample = load_failures(lo)
+            check(bad == 0 and total > 0, f"l: no failed request over five reloads ({bad} of {total})", str(sample))
+        finally:
+            if lo:
+                lo.finish()
+            n.stop()
+
     # d: the slices list nothing for a few seconds; the stand-ins restarted with a reconcile so
     # slow that the slice stays deleted until the test puts it back.
     def case_d(self):
@@ -830,7 +881,7 @@ class Run:
         n.stop()
 
 
-CASES = "fabcieghjkd"
+CASES = "fabcieghljkd"
 
 
 def main():
