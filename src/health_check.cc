@@ -15,6 +15,7 @@
 #include "kprism/log.h"
 #include "kprism/random.h"
 #include "kprism/control_plane.h"
+#include "kprism/tls_client.h"
 #include "kprism/tls_context.h"
 #include "kprism/version.h"
 
@@ -26,11 +27,6 @@ int ex_index() {
     static int idx = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
     return idx;
 }
-
-struct WriteReq {
-    uv_write_t req;
-    std::string data;
-};
 
 // TLS alerts a server sends when it does not accept our client certificate.
 bool client_cert_rejected(int reason) {
@@ -319,23 +315,7 @@ void HealthChecker::drive() {
     flush();
 }
 
-void HealthChecker::flush() {
-    char buf[16384];
-    for (;;) {
-        int n = BIO_read(wbio_, buf, sizeof buf);
-        if (n <= 0) return;
-        auto* w = new WriteReq;
-        w->data.assign(buf, static_cast<size_t>(n));
-        w->req.data = w;
-        uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-        if (uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&tcp_), &b, 1, on_write) != 0) {
-            delete w;
-            return;
-        }
-    }
-}
-
-void HealthChecker::on_write(uv_write_t* req, int) { delete static_cast<WriteReq*>(req->data); }
+void HealthChecker::flush() { write_bio_out(wbio_, reinterpret_cast<uv_stream_t*>(&tcp_)); }
 
 void HealthChecker::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
     auto* self = static_cast<HealthChecker*>(h->data);

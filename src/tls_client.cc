@@ -179,23 +179,27 @@ void TlsClient::drive() {
     flush();
 }
 
-void TlsClient::flush() {
+void TlsClient::flush() { write_bio_out(wbio_, reinterpret_cast<uv_stream_t*>(&tcp_)); }
+
+namespace {
+void on_bio_written(uv_write_t* req, int) { delete static_cast<WriteReq*>(req->data); }
+}  // namespace
+
+void write_bio_out(BIO* wbio, uv_stream_t* to) {
     char buf[16384];
     for (;;) {
-        int n = BIO_read(wbio_, buf, sizeof buf);
+        int n = BIO_read(wbio, buf, sizeof buf);
         if (n <= 0) return;
         auto* w = new WriteReq;
         w->data.assign(buf, static_cast<size_t>(n));
         w->req.data = w;
         uv_buf_t b = uv_buf_init(w->data.data(), static_cast<unsigned>(w->data.size()));
-        if (uv_write(&w->req, reinterpret_cast<uv_stream_t*>(&tcp_), &b, 1, on_write) != 0) {
+        if (uv_write(&w->req, to, &b, 1, on_bio_written) != 0) {
             delete w;
             return;
         }
     }
 }
-
-void TlsClient::on_write(uv_write_t* req, int) { delete static_cast<WriteReq*>(req->data); }
 
 void TlsClient::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
     auto* self = static_cast<TlsClient*>(h->data);

@@ -67,7 +67,6 @@ private:
     static void on_connect(uv_connect_t* req, int status);
     static void on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf);
     static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*);
-    static void on_write(uv_write_t* req, int status);
     static void on_tcp_closed(uv_handle_t* h);
 
     ControlPlane& cp_;

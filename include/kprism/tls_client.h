@@ -14,6 +14,10 @@
 
 namespace kprism {
 
+// Writes what OpenSSL left in a memory BIO to the socket (each piece its own uv_write, freed by
+// its callback). The readiness probes and TlsClient share it.
+void write_bio_out(BIO* wbio, uv_stream_t* to);
+
 class TlsClient {
 public:
     class Handler {
@@ -47,7 +51,6 @@ private:
     static void on_connect(uv_connect_t* req, int status);
     static void on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf);
     static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*);
-    static void on_write(uv_write_t* req, int status);
     static void on_timer(uv_timer_t* t);
     static void on_closed(uv_handle_t* h);
 
