@@ -336,6 +336,14 @@ class Run:
         for n in nodes:
             check(n.count("discovery: endpoint discovered; checked before use") >= 1 and a4.endpoint in n.log(),
                   f"a: {n.tag} logs a4 discovered")
+        m = nodes[0]
+        check(m.metric("kprism_discovery_endpoints") == 4 and
+              m.metric("kprism_upstream_source", f'upstream="{a4.endpoint}",source="discovered"') == 1 and
+              m.metric("kprism_upstream_source", f'upstream="{a1.endpoint}",source="static"') == 1 and
+              m.metric("kprism_discovery_lists_total") >= 1 and m.metric("kprism_discovery_watch_events_total") >= 1,
+              "a: metrics: kprism_discovery_endpoints 4, kprism_upstream_source a4 discovered and a1 static, lists and "
+              "watch events counted", "\n".join(l for l in m.k.metrics().splitlines()
+                                                  if l.startswith(("kprism_discovery", "kprism_upstream_source"))))
         t1 = time.monotonic()
         a2.terminate()
         want2 = {a1.endpoint: ("static", "up"), **self.all_ready([a3, a4])}
@@ -567,6 +575,13 @@ class Run:
             used = n.metric("kprism_upstream_connections_total", f'upstream="{v6.endpoint}"')
             check(any(who == v6.name for _, who in got) and used > 0,
                   f"g: requests through kprism reach the IPv6 apiserver (connections {used}; {got})")
+            wrote = wait_until(lambda: v6.endpoint in (open(n.snapshot).read() if os.path.exists(n.snapshot) else ""),
+                               10, 0.1)
+            check(wrote, f"g: the snapshot holds {v6.endpoint}")
+            again = Node(self, "g-snapshot", [a1.endpoint], cert=self.pl.foreign, snapshot=n.snapshot)
+            ok6 = again.wait_ups({a1.endpoint: ("static", "up"), **{s.endpoint: ("snapshot", "up") for s in (a2, a3, v6)}}, 15)
+            check(ok6, "g: read back (the list forbidden), [::1] is a snapshot upstream and up", str(again.brief()))
+            again.stop()
         finally:
             n.stop()
             wait_until(lambda: self.pl.delete_slice("kprism-test-v6") in (200, 404), 10, 0.2)
@@ -822,6 +837,33 @@ class Run:
                 lo.finish()
             n.stop()
 
+    # m: more than 32 labelled slices: a node that starts now ends as one that was watching.
+    def case_m(self):
+        a1 = self.a1
+        w = Node(self, "m-watching", [a1.endpoint])
+        n = None
+        names = [f"kprism-test-m{i:02d}" for i in range(40)]
+        try:
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([self.a2, self.a3])}
+            check(w.wait_ups(want, 15), "m: a node watching: a1 static, a2, a3 discovered", str(w.brief()))
+            for i, name in enumerate(names):
+                self.pl.post_slice(name, "IPv4", [f"127.0.2.{i + 1}"], self.pl.port)
+            wait_until(lambda: w.discovery().get("endpoints", 0) >= 43, 10, 0.1)
+            n = Node(self, "m-new", [a1.endpoint])
+            listed = wait_until(lambda: n.discovery().get("lists", 0) >= 1, 8, 0.1)
+            d = n.discovery()
+            check(listed, f"m: with 41 slices labelled for the service a node that starts now lists them "
+                  f"(lists {d.get('lists')}, errors {d.get('errors')}, last_error {d.get('last_error')!r})")
+            same = wait_until(lambda: set(n.ups()) == set(w.ups()), 8, 0.2)
+            check(same, f"m: and has the upstreams of the node that was watching ({len(n.ups())} against "
+                  f"{len(w.ups())}; the watching one holds {w.discovery().get('endpoints')} endpoints)")
+        finally:
+            w.stop()
+            if n:
+                n.stop()
+            for name in names:
+                self.pl.delete_slice(name)
+
     # d: the slices list nothing for a few seconds; the stand-ins restarted with a reconcile so
     # slow that the slice stays deleted until the test puts it back.
     def case_d(self):
@@ -881,7 +923,7 @@ class Run:
         n.stop()
 
 
-CASES = "fabcieghljkd"
+CASES = "fabcieghlmjkd"
 
 
 def main():
