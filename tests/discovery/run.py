@@ -160,7 +160,10 @@ class Node:
     def __init__(self, run, tag, static, discovery=True, cert=None, snapshot=None, extra=()):
         self.run, self.tag = run, tag
         self.snapshot = snapshot if snapshot is not None else os.path.join(run.d, f"{tag}-snapshot", "discovery.json")
-        os.makedirs(os.path.dirname(self.snapshot), exist_ok=True)
+        try:
+            os.makedirs(os.path.dirname(self.snapshot), exist_ok=True)
+        except OSError:
+            pass  # a test of a snapshot path that cannot be written
         flags = KPRISM_FLAGS + ["--discovery-snapshot-file", self.snapshot] + (["--enable-discovery"] if discovery else [])
         self.k = balancers.Kprism(run.d, tag, run.args.kprism, run.pl, cert or run.pl.pki.kubelet_pem,
                                   flags + list(extra), endpoints=static)
@@ -446,6 +449,19 @@ class Run:
         check(n.count("discovery snapshot loaded") == 1, "b: (reachable) the snapshot was loaded first")
         n.stop()
         self.snapshot_path = path
+        # A snapshot that cannot be written: one warning, state failed, discovery and service go on.
+        blocker = os.path.join(self.d, "b-not-a-dir")
+        open(blocker, "w").close()
+        n = Node(self, "b-unwritable", [self.a1.endpoint], snapshot=os.path.join(blocker, "discovery.json"))
+        want = {self.a1.endpoint: ("static", "up"), **self.all_ready([self.a2, self.a3])}
+        failed = wait_until(lambda: (n.discovery().get("snapshot") or {}).get("state") == "failed", 10, 0.1)
+        snap = n.discovery().get("snapshot") or {}
+        check(failed and n.wait_ups(want, 10) and n.count("discovery snapshot not written") == 1 and n.k.proc.poll() is None,
+              f"b: a snapshot path that cannot be written: one warning, snapshot.state=failed, discovery goes on "
+              f"({snap.get('state')}: {snap.get('detail')})", str(n.brief()))
+        got = get_through(self.pl.ctx, n.port, 3)
+        check(all(st == 200 for st, _ in got), f"b: (unwritable) serving ({got})")
+        n.stop()
 
     # c: corrupt, foreign, old and future snapshots: one warning each, start from the static list.
     def case_c(self):
@@ -515,15 +531,18 @@ class Run:
         bad.control("/etcd/lose")
         self.pl.post_slice("kprism-test-unready", "IPv4", [UNREADY], self.pl.port)
         self.pl.post_slice("kprism-test-notready", "IPv4", ["127.0.0.16"], self.pl.port, ready=False,
-                           extra=[{"addresses": ["127.0.0.17"], "conditions": {"ready": True, "terminating": True}}])
+                           extra=[{"addresses": ["127.0.0.17"], "conditions": {"ready": True, "terminating": True}},
+                                  {"addresses": ["127.0.0.18"]}])  # no conditions: ready
         self.pl.post_slice("kprism-test-fqdn", "FQDN", ["localhost"], self.pl.port)
         n = Node(self, "e", [a1.endpoint])
         try:
             bep = bad.endpoint
-            want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3]), bep: ("discovered", None)}
+            absent = f"127.0.0.18:{self.pl.port}"
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3]), bep: ("discovered", None),
+                    absent: ("discovered", None)}
             listed = n.wait_ups(want, 15)
-            check(listed, "e: the unready address is listed (discovered) beside a1-a3; the not-ready, terminating and "
-                  "FQDN endpoints are not admitted", str(n.brief()))
+            check(listed, "e: the unready address is listed (discovered) beside a1-a3, and 127.0.0.18 without "
+                  "conditions (ready); the not-ready, terminating and FQDN endpoints are not admitted", str(n.brief()))
             checked = wait_until(lambda: n.ups().get(bep, {}).get("last_result") not in (None, ""), 10, 0.1)
             check(checked and n.ups().get(bep, {}).get("state") != "up",
                   f"e: it is checked and not up ({n.ups().get(bep, {}).get('state')}, "
