@@ -883,6 +883,55 @@ class Run:
             for name in names:
                 self.pl.delete_slice(name)
 
+    # n: a healthy apiserver that leaves the slices: its connections are closed after drain_timeout.
+    def case_n(self):
+        a4 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 4, addr=ADDRS[3], port=self.pl.port,
+                           store=self.second_store())
+        a4.start(*STANDIN_FLAGS)
+        ld.create_target(self.pl.ctx, a4)
+        self.pl.post_slice("kprism-test-n", "IPv4", [a4.addr], self.pl.port)
+        n = Node(self, "n", [self.a1.endpoint])
+        lo = None
+        try:
+            want = {self.a1.endpoint: ("static", "up"), **self.all_ready([self.a2, self.a3, a4])}
+            check(n.wait_ups(want, 15), "n: a4 (healthy, its own store) from an extra slice, discovered and up",
+                  str(n.brief()))
+            lo = ld.Load(self.pl.ctx, n.port, requesters=2, holders=12)
+            lo.start(self.rv)
+            on4 = wait_until(lambda: all(lo.holder_server) and a4.name in lo.holder_server, 15, 0.2)
+            check(on4, f"n: long-lived connections on a4 ({lo.holder_server.count(a4.name)} of 12)")
+            t0 = time.monotonic()
+            self.pl.delete_slice("kprism-test-n")
+            gone = wait_until(lambda: a4.endpoint not in n.ups(), 10, 0.05)
+            t1 = time.monotonic()
+            check(gone, f"n: a4 leaves /status {t1 - t0:.1f} s after its slice is deleted")
+            left = [line[line.find("msg="):] for line in n.log().splitlines() if "endpoint left the slices" in line]
+            check(len(left) == 1 and "drain_timeout=5s" in left[0], "n: one \"left the slices\" line, drain_timeout 5s",
+                  "; ".join(left))
+            pid = n.k.pid
+
+            def held():
+                return ld.upstream_connections([pid], [a4.endpoint])[pid][a4.endpoint]
+            before = held()
+            closed = wait_until(lambda: held() == 0, 12, 0.1)
+            t2 = time.monotonic()
+            check(before > 0 and closed and 4.0 <= t2 - t1 <= 7.5,
+                  f"n: kprism's {before} connections to a4 closed {t2 - t1:.1f} s after its removal (drain_timeout 5 s)")
+            moved = wait_until(lambda: a4.name not in lo.holder_server and "" not in lo.holder_server, 10, 0.2)
+            check(moved, "n: every long-lived connection served elsewhere since", str(lo.holder_server))
+            lo.finish()
+            bad, total, sample = load_failures(lo)
+            retried = sum(1 for r in lo.log.rows if r[2] == "retried")
+            info(f"n: {bad} of {total} requests failed, {retried} retried on a new connection (the drain closes "
+                 f"connections at drain_timeout, between requests or not){' ' + str(sample) if bad else ''}")
+        finally:
+            if lo:
+                lo.finish()
+            n.stop()
+            wait_until(lambda: self.pl.delete_slice("kprism-test-n") in (200, 404), 10, 0.2)
+            a4.terminate()
+            a4.wait_exit(30)
+
     # d: the slices list nothing for a few seconds; the stand-ins restarted with a reconcile so
     # slow that the slice stays deleted until the test puts it back.
     def case_d(self):
@@ -942,7 +991,7 @@ class Run:
         n.stop()
 
 
-CASES = "fabcieghlmjkd"
+CASES = "fabcieghlmnjkd"
 
 
 def main():
