@@ -160,6 +160,12 @@ bool Discovery::on_watch_line(std::string_view line) {
         break;
     case WatchEventType::added:
     case WatchEventType::modified:
+        // The list's bound holds for the watch too: a slice past it fails the stream (the set
+        // so far stays), and the retries fail the same way until there are fewer.
+        if (slices_.size() >= kMaxSlices && !slices_.count(ev.slice.name)) {
+            fail_ = fmt::format("watch: more than {} endpoint slices", kMaxSlices);
+            return false;
+        }
         slices_[ev.slice.name] = std::move(ev.slice.endpoints);
         publish();
         break;
