@@ -104,3 +104,13 @@ bench-deps: ## apt-get install the benchmarks' own packages (haproxy, nginx, wrk
 	fi; \
 	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_PKGS); \
 	rc=$$?; if [ -n "$$prc" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
+
+# Issue 16: what discovery costs (bench/discovery_cost.py, bench/RESULTS.md): kprism's CPU and RSS
+# over 60 s idle with discovery on (holding its watch) and off, side by side; then the Go stand-in's
+# CPU and memory per watch with DISCOVERY_WATCHES (1000) watches of the EndpointSlices, one change
+# sent to all, extrapolated to 5000 nodes (about 3 minutes).
+## DISCOVERY_WATCHES=1000: concurrent watches of `make bench-discovery`
+.PHONY: bench-discovery
+bench-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what discovery costs: kprism on vs off idle, the apiserver per watch at 1000 watches, 5000 nodes (about 3 min)
+	python3 bench/discovery_cost.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) \
+		--apiserver $(abspath $(BUILD)/kprism-apiserver) --watches $(or $(DISCOVERY_WATCHES),1000)

@@ -45,12 +45,15 @@ class Balancer:
 
 
 class Kprism(Balancer):
-    def __init__(self, d, tag, binary, cluster, cert_pem, extra=(), label="kprism"):
+    def __init__(self, d, tag, binary, cluster, cert_pem, extra=(), label="kprism", endpoints=None):
+        """endpoints: the static list (default: every stand-in of the cluster; empty: none on the
+        command line, as when a --config file in extra names them)."""
         super().__init__(d, tag)
         self.label = label
         self.admin = free_port()
         self.names = cluster.by_addr()
-        self._spawn([binary, "--endpoints", ",".join(cluster.endpoints), "--bind-port", str(self.port),
+        eps = cluster.endpoints if endpoints is None else endpoints
+        self._spawn([binary, *(["--endpoints", ",".join(eps)] if eps else []), "--bind-port", str(self.port),
                      "--health-port", str(self.admin), "--client-cert", cert_pem, "--client-key", cert_pem,
                      "--ca-file", cluster.pki.ca, *extra])
 

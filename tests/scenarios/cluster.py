@@ -23,13 +23,13 @@ class Pki:
     test clients), kubelet.pem (the node's client certificate, cert + key, one day) and short-lived
     kubelet certificates on demand (`openssl ca`, which takes exact start and end dates)."""
 
-    def __init__(self, d):
+    def __init__(self, d, extra_ips=()):
         self.d = d
         self.ca = os.path.join(d, "ca.crt")
         self._serial = 100
         self._run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                   "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=scenarios-ca", "-days", "2")
-        sans = ",".join(["DNS:kubernetes", "IP:127.0.0.1"] + [f"IP:{a}" for a in ADDRS])
+        sans = ",".join(["DNS:kubernetes", "IP:127.0.0.1"] + [f"IP:{a}" for a in [*ADDRS, *extra_ips]])
         for name, subj, ext in (("srv", "/CN=kube-apiserver", f"subjectAltName={sans}\nextendedKeyUsage=serverAuth"),
                                 ("adm", "/O=system:masters/CN=scenarios-admin", "extendedKeyUsage=clientAuth"),
                                 ("kubelet", "/O=system:nodes/CN=system:node:scenarios", "extendedKeyUsage=clientAuth")):
@@ -93,13 +93,15 @@ extendedKeyUsage = clientAuth
 
 
 class Apiserver:
-    """One stand-in. start() (re)starts it on its address and port with the given extra flags."""
+    """One stand-in. start() (re)starts it on its address and port with the given extra flags.
+    addr, port and store (a store socket path) default to ADDRS[index], a free port and d/store.sock."""
 
-    def __init__(self, binary, d, pki, index):
+    def __init__(self, binary, d, pki, index, addr=None, port=None, store=None):
         self.binary, self.d, self.pki, self.i = binary, d, pki, index
         self.name = f"a{index}"
-        self.addr = ADDRS[index]
-        self.port = free_port(self.addr)
+        self.addr = addr or ADDRS[index]
+        self.port = port or free_port(self.addr)
+        self.store = store or f"{d}/store.sock"
         self.control_port = free_port()
         self.proc = None
         self.log_path = os.path.join(d, f"{self.name}.log")
@@ -107,12 +109,12 @@ class Apiserver:
 
     @property
     def endpoint(self):
-        return f"{self.addr}:{self.port}"
+        return f"[{self.addr}]:{self.port}" if ":" in self.addr else f"{self.addr}:{self.port}"
 
     def start(self, *extra):
         log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [self.binary, "serve", "--store", f"unix:{self.d}/store.sock", "--name", self.name,
+            [self.binary, "serve", "--store", f"unix:{self.store}", "--name", self.name,
              "--tls-cert-file", f"{self.d}/srv.crt", "--tls-private-key-file", f"{self.d}/srv.key",
              "--client-ca-file", self.pki.ca, "--bind-address", self.addr, "--secure-port", str(self.port),
              "--control-address", f"127.0.0.1:{self.control_port}", *extra],
