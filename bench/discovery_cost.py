@@ -32,7 +32,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -44,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "tests", "scenarios"), os.path.join(HERE, "..", "tests", "faults")]
 
 from faultlib import cleanup  # noqa: E402
-from faultlib.procs import wait_until  # noqa: E402
+from faultlib.procs import rss_kib, schedstat_cpu_s, wait_until  # noqa: E402
 import cluster as clu  # noqa: E402
 
 ADDRS = ["127.0.16.1", "127.0.16.2", "127.0.16.3"]
@@ -58,22 +57,7 @@ def say(msg):
 
 
 def cpu_s(pid):
-    ns = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                ns += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return ns / 1e9
-
-
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
+    return schedstat_cpu_s(pid) or 0.0
 
 
 def machine_busy():
@@ -116,18 +100,6 @@ class Kprism:
                 return float(line.split()[1])
         return None
 
-
-def shared_port(addrs):
-    for _ in range(50):
-        p = clu.free_port(addrs[0])
-        try:
-            for a in addrs[1:]:
-                with socket.socket() as s:
-                    s.bind((a, p))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every address")
 
 
 def part1(args, d, pki, servers):
@@ -348,7 +320,7 @@ def main():
         cleanup.register("store", lambda: clu._kill(store))
         if not wait_until(lambda: os.path.exists(f"{d}/store.sock"), 10):
             raise RuntimeError("the store did not start")
-        port = shared_port(ADDRS + [W_ADDR])
+        port = clu.shared_port(ADDRS + [W_ADDR])
         servers = [clu.Apiserver(args.apiserver, d, pki, i, addr=a, port=port) for i, a in enumerate(ADDRS)]
         for s in servers:
             s.start()

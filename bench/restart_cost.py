@@ -52,7 +52,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "faults"))
 
 from faultlib import cleanup  # noqa: E402
 from faultlib.pki import Pki  # noqa: E402
-from faultlib.procs import Proc, free_port, wait_until  # noqa: E402
+from faultlib.procs import Proc, free_port, schedstat_cpu_s, wait_until  # noqa: E402
 from faultlib import admin  # noqa: E402
 
 ADDR_PREFIX = "127.0.15."  # loopback only; clear of the scenarios' 127.0.0.11-13
@@ -102,22 +102,7 @@ class BusySampler:
         return best
 
 
-def cpu_or_none(pid):
-    """On-CPU seconds of every thread of a process, from /proc/PID/task/*/schedstat (nanoseconds;
-    /proc/PID/stat counts in 10 ms ticks, too coarse for 10 processes over 10 s), or None if it is
-    gone. A thread that has exited is no longer counted: Go's runtime keeps its threads."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return None
-    ns = 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                ns += int(f.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass
-    return ns / 1e9
+cpu_or_none = schedstat_cpu_s
 
 
 # ---- the stand-ins' --log-connections lines and kprism's log ----

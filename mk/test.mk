@@ -67,6 +67,9 @@ test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pag
 monitoring: ## promtool checks and unit tests of the alerting rules and the Grafana dashboard
 	tests/monitoring/run.sh
 
-# ASan + UBSan build in its own tree, all tests under it.
+# ASan + UBSan build in its own tree, all tests under it. The binaries are built NPROC at a time
+# first (the suites themselves run one after another).
+ASAN_MAKE = $(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1
 asan: ## every test built with ASan + UBSan, in build/asan
-	$(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1 test
+	$(ASAN_MAKE) -j$(NPROC) build/asan/kprism build/asan/kprism-standin build/asan/tests/unit build/asan/tests/integration
+	$(ASAN_MAKE) test

@@ -57,19 +57,6 @@ KPRISM_FLAGS = ["--health-interval", "1s", "--health-timeout", "800ms", "--healt
                 "--drain-timeout", "5s", "--health-new-connection-interval", "0"]
 
 
-def shared_port(addrs):
-    """One port free on every address."""
-    for _ in range(50):
-        p = clu.free_port(addrs[0])
-        try:
-            for a in addrs[1:]:
-                with socket.socket() as s:
-                    s.bind((a, p))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no port free on every address")
-
 
 def start_store(binary, d, name):
     path = f"{d}/{name}.sock"
@@ -90,7 +77,7 @@ class Plane:
         self.pki = clu.Pki(d, extra_ips=[ADDRS[3], UNREADY, "::1", *ADDRS2])
         self.ctx = ld.tls_context(self.pki)
         self.store = start_store(binary, d, "store")
-        self.port = shared_port(ADDRS + [UNREADY])
+        self.port = clu.shared_port(ADDRS + [UNREADY])
         self.servers = [clu.Apiserver(binary, d, self.pki, i + 1, addr=a, port=self.port) for i, a in enumerate(ADDRS)]
         for s in self.servers[:3]:
             s.start(*STANDIN_FLAGS)
@@ -676,7 +663,7 @@ class Run:
         cleanup.register("store3", lambda: clu._kill(p))
         if not wait_until(lambda: os.path.exists(path), 10):
             raise RuntimeError("store3 did not start")
-        port = shared_port(ADDRS2)
+        port = clu.shared_port(ADDRS2)
         flags = [f for f in STANDIN_FLAGS] + ["--endpoint-reconcile-interval", "1h", "--endpoint-lease-ttl", "1h",
                                               "--watch-bookmark-interval", "1h"]
         servers = [clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 21 + i, addr=a, port=port, store=path)

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +17,21 @@ from faultlib import cleanup
 from faultlib.procs import free_port, wait_until
 
 ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
+
+
+def shared_port(addrs):
+    """One port free on every address (the stand-ins of a discovery test share one: the
+    EndpointSlice is made from the first port's addresses)."""
+    for _ in range(50):
+        p = free_port(addrs[0])
+        try:
+            for a in addrs[1:]:
+                with socket.socket() as s:
+                    s.bind((a, p))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no port free on every address")
 
 
 class Pki:

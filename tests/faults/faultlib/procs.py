@@ -102,6 +102,24 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # fields 14 and 15 of stat(5)
 
 
+def schedstat_cpu_s(pid):
+    """On-CPU seconds of every thread of a process, from /proc/PID/task/*/schedstat (nanoseconds;
+    /proc/PID/stat counts in 10 ms ticks, too coarse for short windows), or None if it is gone.
+    A thread that has exited is no longer counted: Go's runtime keeps its threads."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    ns = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return ns / 1e9
+
+
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
