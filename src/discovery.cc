@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "kprism/control_plane.h"
 #include "kprism/duration.h"
@@ -289,9 +290,10 @@ void Discovery::upstream_down(const Upstream& u) {
 // The union of the slices' endpoints to the control plane, each address once.
 void Discovery::publish() {
     std::vector<HostPort> all;
+    std::unordered_set<std::string> seen;
     for (const auto& [name, eps] : slices_)
         for (const auto& e : eps)
-            if (std::find(all.begin(), all.end(), e) == all.end()) all.push_back(e);
+            if (seen.insert(e.str()).second) all.push_back(e);
     st_.endpoints = all.size();
     cp_.apply_discovered(std::move(all), Source::discovered);
 }

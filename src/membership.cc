@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <tuple>
+#include <unordered_set>
 #include <cerrno>
 #include <ctime>
 
@@ -85,12 +87,13 @@ void ControlPlane::start_discovery() {
 
 void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src) {
     if (closed_) return;
-    // Each address once, in its one spelling.
+    // Each address once, in its one spelling (up to 32 slices of 1000 endpoints: no quadratic
+    // work on the loop).
     std::vector<std::pair<std::string, HostPort>> want;
+    std::unordered_set<std::string> seen;
     for (auto& e : endpoints) {
         std::string key = canonical(e);
-        if (std::none_of(want.begin(), want.end(), [&](const auto& w) { return w.first == key; }))
-            want.emplace_back(std::move(key), std::move(e));
+        if (seen.insert(key).second) want.emplace_back(std::move(key), std::move(e));
     }
     if (want.empty()) {
         // A slice that lists nothing says nothing we can act on (a reconciler between writes, a
@@ -104,15 +107,22 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
     empty_warned_ = false;
     if (want.size() > kMaxDiscovered) {
         // The ones already known first (no churn among them), then address order.
-        std::stable_sort(want.begin(), want.end(), [&](const auto& a, const auto& b) {
-            bool ka = find_live(a.second) != nullptr, kb = find_live(b.second) != nullptr;
-            return ka != kb ? ka : a.first < b.first;
+        std::unordered_set<std::string> known;
+        for (size_t i = 0; i < ups_.size(); ++i)
+            if (!ups_[i].removed) known.insert(canonical(ups_[i]));
+        std::vector<std::tuple<bool, std::string, HostPort>> order;
+        order.reserve(want.size());
+        for (auto& [key, hp] : want) order.emplace_back(!known.count(key), std::move(key), std::move(hp));
+        std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+            return std::tie(std::get<0>(a), std::get<1>(a)) < std::tie(std::get<0>(b), std::get<1>(b));
         });
+        order.resize(kMaxDiscovered);
+        want.clear();
+        for (auto& [unknown, key, hp] : order) want.emplace_back(std::move(key), std::move(hp));
         if (!limit_warned_)
             log::warn("discovery: more endpoints than the limit; keeping the first",
                       {{"endpoints", static_cast<uint64_t>(want.size())}, {"limit", static_cast<uint64_t>(kMaxDiscovered)}});
         limit_warned_ = true;
-        want.resize(kMaxDiscovered);
     } else {
         limit_warned_ = false;
     }
@@ -125,13 +135,11 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
     for (auto& [key, hp] : want) {
         if (Upstream* u = find_live(hp)) {
             if (u->source == Source::snapshot && src == Source::discovered) u->source = Source::discovered;
+            u->removal_waits = false;
             departing_.erase(std::remove(departing_.begin(), departing_.end(), key), departing_.end());
             continue;
         }
-        HostPort addr = hp;
-        sockaddr_storage ss;
-        ip_to_sockaddr(addr.host, addr.port, ss);
-        Upstream* u = ups_.add(addr, "", config().s.server_name);
+        Upstream* u = ups_.add(hp, "", config().s.server_name);
         if (!u) {
             log::error("discovered endpoint not added: every slot is held", {{"upstream", key}});
             continue;
