@@ -208,18 +208,24 @@ class Node:
         return p.returncode
 
 
+def _answer(c, path, headers):
+    """One GET on connection c: (status or error name, X-Standin-Name)."""
+    try:
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        r.read()
+        return (r.status, r.getheader("X-Standin-Name", ""))
+    except (OSError, http.client.HTTPException) as e:
+        return (type(e).__name__, "")
+
+
 def get_through(ctx, port, n=10, path="/version"):
     """n GETs on new connections through kprism: [(status or error name, X-Standin-Name)]."""
     out = []
     for _ in range(n):
         c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
         try:
-            c.request("GET", path, headers={"Connection": "close"})
-            r = c.getresponse()
-            r.read()
-            out.append((r.status, r.getheader("X-Standin-Name", "")))
-        except (OSError, http.client.HTTPException) as e:
-            out.append((type(e).__name__, ""))
+            out.append(_answer(c, path, {"Connection": "close"}))
         finally:
             c.close()
     return out
@@ -233,13 +239,7 @@ def held_gets(ctx, port, n=12, path="/version"):
             conns.append(http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5))
             conns[-1].connect()
         for c in conns:
-            try:
-                c.request("GET", path)
-                r = c.getresponse()
-                r.read()
-                out.append((r.status, r.getheader("X-Standin-Name", "")))
-            except (OSError, http.client.HTTPException) as e:
-                out.append((type(e).__name__, ""))
+            out.append(_answer(c, path, {}))
     finally:
         for c in conns:
             c.close()
