@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "scenarios"), os.path.join(HERE, "..", "faults")]
@@ -995,6 +996,12 @@ class Run:
 CASES = "fabcieghlmnjkd"
 
 
+def where(e):
+    """The innermost lines of this file in e's traceback: where a case stopped."""
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(__file__)]
+    return " < ".join(f"line {f.lineno} {f.name}" for f in reversed(frames[-3:]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kprism")
@@ -1013,7 +1020,7 @@ def main():
                 try:
                     getattr(r, f"case_{c}")()
                 except Exception as e:  # a case that cannot go on is one failure; the next runs
-                    fail(f"{c}: stopped: {type(e).__name__}: {e}")
+                    fail(f"{c}: stopped: {type(e).__name__}: {e} (at {where(e)})")
                 info(f"case {c} took {time.monotonic() - t:.0f} s")
     except Exception as e:
         fail(f"setup: {type(e).__name__}: {e}")
@@ -1025,6 +1032,7 @@ def main():
             print(f"discovery: logs kept in {r.d}")
         else:
             shutil.rmtree(r.d, ignore_errors=True)
+    report.failure_summary()
     print(f"discovery: {report.passed} passed, {report.failed} failed")
     return 1 if report.failed else 0
 

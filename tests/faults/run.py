@@ -146,6 +146,7 @@ def main():
         print("\nfaults: figures (seconds after the fault; recovery after the lift):")
         print(table(rep.rows))
     print(f"\nfaults: run time {took:.0f} s")
+    rep.failure_summary()
     print(f"faults: {rep.passed} passed, {rep.failed} failed")
     return 0 if rep.failed == 0 else 1
 

@@ -485,6 +485,7 @@ def main():
         print(f"scenarios: logs kept in {r.d}")
     else:
         shutil.rmtree(r.d, ignore_errors=True)
+    report.failure_summary()
     print(f"scenarios: {report.passed} passed, {report.failed} failed")
     return 1 if report.failed else 0
 

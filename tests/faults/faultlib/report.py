@@ -14,6 +14,7 @@ class Report:
         self.out, self.prefix = out, prefix
         self.passed = 0
         self.failed = 0
+        self.failures = []  # the first line of each failure, for the summary at the end
         self.rows = []  # one dict per fault, see COLUMNS
 
     def say(self, line):
@@ -26,7 +27,14 @@ class Report:
 
     def fail(self, msg):
         self.failed += 1
+        self.failures.append(msg[:300])
         self.say(f"{self.prefix}: FAIL: {msg}")
+
+    def failure_summary(self):
+        """Every failure again, one line each, just before the totals: CI logs are often seen only
+        by their tail."""
+        for i, msg in enumerate(self.failures, 1):
+            self.say(f"{self.prefix}: failed {i}/{len(self.failures)}: {msg}")
 
     def check(self, cond, msg, detail=""):
         if cond:
@@ -42,12 +50,14 @@ class Report:
         self.rows.append(kw)
 
     def to_json(self):
-        return json.dumps({"passed": self.passed, "failed": self.failed, "rows": self.rows})
+        return json.dumps({"passed": self.passed, "failed": self.failed, "failures": self.failures,
+                           "rows": self.rows})
 
     def merge_json(self, text):
         d = json.loads(text)
         self.passed += d["passed"]
         self.failed += d["failed"]
+        self.failures.extend(d.get("failures", []))
         self.rows.extend(d["rows"])
 
 
