@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "scenarios"), os.path.join(HERE, "..", "faults")]
 
 from faultlib import cleanup  # noqa: E402
-from faultlib.procs import wait_until  # noqa: E402
+from faultlib.procs import free_port, wait_until  # noqa: E402
 from faultlib.report import Report  # noqa: E402
 import balancers  # noqa: E402
 import cluster as clu  # noqa: E402
@@ -567,9 +566,7 @@ class Run:
     # g: an IPv6 slice (its own port) for a stand-in on [::1].
     def case_g(self):
         a1, a2, a3 = self.a1, self.a2, self.a3
-        with socket.socket(socket.AF_INET6) as s:
-            s.bind(("::1", 0))
-            port = s.getsockname()[1]
+        port = free_port("::1")
         v6 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 6, addr="::1", port=port, store=self.second_store())
         v6.start(*STANDIN_FLAGS)
         self.pl.post_slice("kprism-test-v6", "IPv6", ["::1"], v6.port)
