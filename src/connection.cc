@@ -6,7 +6,10 @@
 
 #include <sys/socket.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <utility>
 
 #include "kprism/log.h"
 #include "kprism/server.h"
@@ -427,7 +430,7 @@ void Connection::on_write(uv_write_t* req, int status) {
         return;
     }
     c->release(from);
-    if (!from.eof) uv_read_start(stream(from.tcp), on_alloc, on_read_cb);
+    if (!from.eof && !c->srv_.handing_over()) uv_read_start(stream(from.tcp), on_alloc, on_read_cb);
 }
 
 void Connection::on_shutdown(uv_shutdown_t* req, int status) {
@@ -443,6 +446,83 @@ void Connection::on_shutdown(uv_shutdown_t* req, int status) {
 // Both peers sent FIN and both FINs were passed on: the connection ended normally.
 void Connection::maybe_finish() {
     if (client_.eof && upstream_.eof && client_.shut && upstream_.shut) close("done");
+}
+
+bool Connection::pause_for_handover() {
+    if (closing_) return false;
+    if (state_ != State::splicing) {
+        close("handover: not yet connected upstream");  // the client reconnects to the next process
+        return false;
+    }
+    uv_read_stop(stream(client_.tcp));
+    uv_read_stop(stream(upstream_.tcp));
+    uv_timer_stop(&timer_);
+    timer_for_ = TimerFor::none;
+    return true;
+}
+
+bool Connection::handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd) {
+    if (closing_ || state_ != State::splicing || !up_ || !quiescent()) return false;
+    uv_os_fd_t cf, uf;
+    if (uv_fileno(handle(client_.tcp), &cf) != 0 || uv_fileno(handle(upstream_.tcp), &uf) != 0) return false;
+    e.client_local = handover::local_address(cf);
+    e.client_peer = handover::peer_address(cf);
+    e.upstream_local = handover::local_address(uf);
+    e.upstream_peer = handover::peer_address(uf);
+    if (e.client_local.empty() || e.client_peer.empty() || e.upstream_local.empty() || e.upstream_peer.empty())
+        return false;  // a peer already gone (ENOTCONN): nothing worth handing over
+    e.upstream = up_->name;
+    e.client_eof = client_.eof;
+    e.client_shut = client_.shut;
+    e.upstream_eof = upstream_.eof;
+    e.upstream_shut = upstream_.shut;
+    e.age_ms = uv_now(srv_.loop()) - started_ms_;
+    client_fd = cf;
+    upstream_fd = uf;
+    return true;
+}
+
+bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& up, const handover::Entry& e) {
+    auto* c = new Connection(srv);
+    uint64_t now = uv_now(srv.loop());
+    c->started_ms_ = now > e.age_ms ? now - e.age_ms : 0;
+    c->state_ = State::splicing;
+    uv_timer_init(srv.loop(), &c->timer_);
+    c->timer_.data = c;
+    c->timer_open_ = true;
+    c->open_handles_++;
+    srv.connection_opened(c, true);
+    int r = 0;
+    for (auto [s, fd] : {std::pair{&c->client_, client_fd}, std::pair{&c->upstream_, upstream_fd}}) {
+        if (r == 0) r = uv_tcp_init(srv.loop(), &s->tcp);
+        if (r == 0) {
+            s->tcp.data = c;
+            s->open = true;
+            c->open_handles_++;
+            r = uv_tcp_open(&s->tcp, fd);
+            if (r == 0) continue;
+        }
+        ::close(fd);
+    }
+    if (r != 0) {
+        log::warn("cannot resume a handed-over connection", {{"upstream", up.name}, {"error", uv_strerror(r)}});
+        c->close("handover: cannot resume");
+        return false;
+    }
+    c->up_ = &up;
+    up.active++;
+    c->client_.eof = e.client_eof;
+    c->client_.shut = e.client_shut;
+    c->upstream_.eof = e.upstream_eof;
+    c->upstream_.shut = e.upstream_shut;
+    if (c->client_.eof && c->upstream_.eof) {  // both FINs passed on: only the closes were left
+        c->close("done");
+        return true;
+    }
+    if (!c->client_.eof) uv_read_start(stream(c->client_.tcp), on_alloc, on_read_cb);
+    if (!c->upstream_.eof) uv_read_start(stream(c->upstream_.tcp), on_alloc, on_read_cb);
+    if (up.removed) c->close_later_for_removal(static_cast<uint64_t>(srv.config().s.drain_timeout.count()));
+    return true;
 }
 
 void Connection::close(const char* reason, bool reset_client, bool reset_upstream) {

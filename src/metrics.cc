@@ -101,6 +101,9 @@ std::string render_metrics(const Snapshot& s) {
     w.sample("", s.connections_active);
     w.family("kprism_connections_accepted_total", "counter", "Client connections accepted.");
     w.sample("", s.stats.accepted);
+    w.family("kprism_connections_resumed_total", "counter",
+             "Established connections taken over from the previous kprism process at a restart.");
+    w.sample("", s.stats.resumed);
     w.family("kprism_connections_rejected_total", "counter", "Client connections reset because max_connections was reached.");
     w.sample("", s.stats.rejected);
     w.family("kprism_client_failures_total", "counter", "Client connections reset because every candidate upstream failed them (or fail-closed refused them).");

@@ -3,6 +3,7 @@
 #include "kprism/sd_notify.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -14,6 +15,8 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -33,6 +36,12 @@ constexpr int kListenFdsStart = 3;  // SD_LISTEN_FDS_START
 
 // Each backend returns what sd-daemon does: > 0 done, 0 not applicable, -errno on failure.
 int send_raw(const std::string& msg) { return sd_notify(0, msg.c_str()); }
+
+int send_fds_raw(const std::string& msg, const int* fds, size_t n) {
+    return sd_pid_notify_with_fds(0, 0, msg.c_str(), fds, static_cast<unsigned>(n));
+}
+
+int barrier_raw(int timeout_ms) { return sd_notify_barrier(0, static_cast<uint64_t>(timeout_ms) * 1000); }
 
 int watchdog_raw(uint64_t* usec) { return sd_watchdog_enabled(0, usec); }
 
@@ -61,7 +70,7 @@ int parse_pid(const char* s, pid_t& out) {
     return r < 0 ? r : out <= 0 ? -ERANGE : 0;
 }
 
-int send_raw(const std::string& msg) {
+int send_fds_raw(const std::string& msg, const int* fds, size_t n) {
     const char* e = std::getenv("NOTIFY_SOCKET");
     if (!e) return 0;
     size_t len = std::strlen(e);
@@ -75,11 +84,46 @@ int send_raw(const std::string& msg) {
     auto salen = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + len + (e[0] == '/' ? 1 : 0));
     int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
-    ssize_t n = ::sendto(fd, msg.data(), msg.size(), MSG_NOSIGNAL, reinterpret_cast<sockaddr*>(&sa), salen);
+    iovec iov{const_cast<char*>(msg.data()), msg.size()};
+    msghdr mh{};
+    mh.msg_name = &sa;
+    mh.msg_namelen = salen;
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    std::vector<char> control(n > 0 ? CMSG_SPACE(sizeof(int) * n) : 0);
+    if (n > 0) {
+        mh.msg_control = control.data();
+        mh.msg_controllen = control.size();
+        cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        std::memcpy(CMSG_DATA(cm), fds, sizeof(int) * n);
+    }
+    ssize_t sent = ::sendmsg(fd, &mh, MSG_NOSIGNAL);
     int err = errno;
     ::close(fd);
-    if (n < 0) return -err;
-    return static_cast<size_t>(n) == msg.size() ? 1 : -EMSGSIZE;
+    if (sent < 0) return -err;
+    return static_cast<size_t>(sent) == msg.size() ? 1 : -EMSGSIZE;
+}
+
+int send_raw(const std::string& msg) { return send_fds_raw(msg, nullptr, 0); }
+
+// sd_notify_barrier(3): systemd closes its copy of the pipe's write end once it has read the
+// message; the read end then sees POLLHUP.
+int barrier_raw(int timeout_ms) {
+    if (!std::getenv("NOTIFY_SOCKET")) return 0;
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return -errno;
+    int r = send_fds_raw("BARRIER=1", &p[1], 1);
+    ::close(p[1]);
+    if (r > 0) {
+        pollfd pfd{p[0], 0, 0};
+        int n = ::poll(&pfd, 1, timeout_ms);
+        r = n > 0 ? 1 : n == 0 ? -ETIMEDOUT : -errno;
+    }
+    ::close(p[0]);
+    return r;
 }
 
 int watchdog_raw(uint64_t* usec) {
@@ -144,8 +188,8 @@ int listen_raw(std::vector<std::string>& names) {
 
 #endif
 
-bool send(const std::string& msg) {
-    int r = send_raw(msg);
+bool send(const std::string& msg, const int* fds = nullptr, size_t n = 0) {
+    int r = n > 0 ? send_fds_raw(msg, fds, n) : send_raw(msg);
     if (r < 0) {
         // Once: a broken NOTIFY_SOCKET would otherwise log on every watchdog ping.
         static bool logged = false;
@@ -179,6 +223,25 @@ bool reloading() {
 bool stopping() { return send("STOPPING=1"); }
 
 bool watchdog() { return send("WATCHDOG=1"); }
+
+bool fdstore(std::string_view name, const int* fds, size_t n) {
+    std::string msg = fmt::format("FDSTORE=1\nFDNAME={}", name);
+    for (size_t i = 0; i < n; i += kMaxFdsPerMessage)
+        if (!send(msg, fds + i, std::min(kMaxFdsPerMessage, n - i))) return false;
+    return true;
+}
+
+bool fdstore_remove(std::string_view name) { return send(fmt::format("FDSTOREREMOVE=1\nFDNAME={}", name)); }
+
+bool barrier(int timeout_ms) { return barrier_raw(timeout_ms) > 0; }
+
+size_t fdstore_max() {
+    const char* e = std::getenv("FDSTORE");
+    if (!e || !std::getenv("NOTIFY_SOCKET")) return 0;
+    size_t n = 0;
+    auto [p, ec] = std::from_chars(e, e + std::strlen(e), n);
+    return ec == std::errc() && *p == '\0' ? n : 0;
+}
 
 uint64_t watchdog_interval() {
     uint64_t usec = 0;

@@ -64,7 +64,9 @@ bool Server::start_listeners(std::string& error) {
     if (sd_.socket_activated) return true;  // systemd's sockets replace the configured addresses
     for (const auto& addr : cfg_.listen) {
         auto l = std::make_unique<Listener>();
-        int r = l->start(loop_, this, as_sockaddr(addr));
+        // A socket the previous process handed over: it has been listening all along.
+        int fd = take_handover_listener(addr);
+        int r = fd >= 0 ? l->start_fd(loop_, this, fd) : l->start(loop_, this, as_sockaddr(addr));
         if (r != 0) {
             error = fmt::format("cannot listen on {}: {}", sockaddr_str(addr), uv_strerror(r));
             l->close();
@@ -72,7 +74,7 @@ bool Server::start_listeners(std::string& error) {
             for (auto& x : listeners_) x->close();
             return false;
         }
-        log::info("listening", {{"address", l->name}});
+        log::info("listening", {{"address", l->name}, {"handed_over", fd >= 0}});
         listeners_.push_back(std::move(l));
     }
     return true;
@@ -110,6 +112,7 @@ bool Server::start(std::string& error) {
     heartbeat_.start(loop_);
     control_.start();
     rebalancer_.start();
+    resume_handover();
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
     log::info("started", {{"upstreams", names}, {"policy", policy_->name()},
@@ -130,7 +133,9 @@ void Server::update_connection_limit() {
     bool by_fds = false;
     rlimit rl{};
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        if (fds_at_start_ < 0) fds_at_start_ = open_fds() >= 0 ? open_fds() : 16;
+        // Not the handed-over sockets still waiting to become connections (counted as those).
+        if (fds_at_start_ < 0)
+            fds_at_start_ = open_fds() >= 0 ? std::max(0, open_fds() - static_cast<int>(handover_.passed.size())) : 16;
         uint64_t reserve = static_cast<uint64_t>(fds_at_start_) + control_.upstreams().size() + kAdminReserveFds + kSpareFds;
         uint64_t fit = rl.rlim_cur > reserve + 2 ? (rl.rlim_cur - reserve) / 2 : 1;
         if (fit < limit) {
@@ -148,14 +153,14 @@ void Server::update_connection_limit() {
     connection_limit_ = static_cast<size_t>(limit);
 }
 
-void Server::connection_opened(Connection* c) {
+void Server::connection_opened(Connection* c, bool resumed) {
     conns_.push_front(c);
-    ++stats_.accepted;
+    ++(resumed ? stats_.resumed : stats_.accepted);
 }
 
 void Server::connection_closed(Connection* c) {
     conns_.remove(c);
-    if (draining_ && conns_.empty()) finish();
+    if (draining_ && !handover_.active && conns_.empty()) finish();
 }
 
 void Server::note_client_failed(uint32_t attempts) {
@@ -200,6 +205,10 @@ void Server::begin_shutdown(const char* why) {
     if (draining_) {
         log::warn("second shutdown signal: closing connections now", {{"signal", why}});
         close_all("shutdown");
+        return;
+    }
+    if (std::string_view(why) == "SIGTERM" && notify::fdstore_max() > 0) {
+        begin_handover(why);
         return;
     }
     draining_ = true;
@@ -249,6 +258,7 @@ void Server::finish() {
 void Server::log_stats() {
     log::info("stats", {{"connections_active", static_cast<uint64_t>(conns_.size())},
                         {"connections_total", stats_.accepted},
+                        {"connections_resumed", stats_.resumed},
                         {"rejected", stats_.rejected},
                         {"accept_errors", stats_.accept_errors},
                         {"client_failures", stats_.client_failures},

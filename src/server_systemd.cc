@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kprism/handover.h"
 #include "kprism/log.h"
 #include "kprism/sd_notify.h"
 #include "kprism/server.h"
@@ -32,12 +33,18 @@ bool Server::adopt_passed_sockets(std::string& error) {
     std::string addresses;
     auto fail = [&](size_t i) {
         for (size_t j = i; j < passed.size(); ++j) ::close(passed[j].fd);
+        for (const notify::ListenFd& p : handover_.passed) ::close(p.fd);
+        handover_.passed.clear();
         for (auto& l : listeners_) l->close();
         if (sd_.admin_fd >= 0) ::close(take_admin_fd());
         return false;
     };
     for (size_t i = 0; i < passed.size(); ++i) {
         const notify::ListenFd& p = passed[i];
+        if (handover::is_handover_name(p.name)) {  // the previous process's (server_handover.cc)
+            handover_.passed.push_back(p);
+            continue;
+        }
         const bool admin = p.name == "admin";
         if (!admin && p.name != "data" && p.name != "unknown" && !p.name.ends_with(".socket")) {
             log::warn("ignoring a socket passed by systemd: unknown FileDescriptorName (use data or admin)",

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kprism/handover.h"
 #include "kprism/policy.h"
 #include "kprism/upstream.h"
 
@@ -40,6 +41,17 @@ public:
     }
     bool rebalance_pending() const { return timer_for_ == TimerFor::rebalance; }
     uint64_t started_ms() const { return started_ms_; }  // uv_now() when it was accepted
+
+    // Handover to the next process (server_handover.cc). pause_for_handover() stops reading both
+    // ways and any timer; a connection not yet spliced is closed instead (false). quiescent():
+    // nothing of ours in flight (no write or FIN queued), so its sockets hold every byte.
+    bool pause_for_handover();
+    bool quiescent() const { return !client_.wreq && !upstream_.wreq && !client_.sreq && !upstream_.sreq; }
+    // Its two descriptors and its record entry; false when it has none to give.
+    bool handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd);
+    // A connection handed over by the previous process: takes both descriptors (closed on
+    // failure, false) and resumes splicing to `up` in the half-closed state the entry records.
+    static bool resume(Server& srv, int client_fd, int upstream_fd, Upstream& up, const handover::Entry& e);
 
     bool closing() const { return closing_; }
     bool splicing() const { return state_ == State::splicing; }

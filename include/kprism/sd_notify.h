@@ -28,6 +28,22 @@ bool reloading();                      // RELOADING=1 and MONOTONIC_USEC=<CLOCK_
 bool stopping();                       // STOPPING=1
 bool watchdog();                       // WATCHDOG=1
 
+// systemd's file descriptor store (systemd.io/FILE_DESCRIPTOR_STORE): FDSTORE=1 with FDNAME=name
+// and `fds` passed as SCM_RIGHTS, at most kMaxFdsPerMessage at a time (the kernel's limit per
+// message); FDSTOREREMOVE=1 with FDNAME=name drops every descriptor stored under that name.
+// systemd keeps what it accepts across a restart of the service and passes it back through
+// LISTEN_FDS/LISTEN_FDNAMES; whether it accepted them (FileDescriptorStoreMax=) it does not say.
+constexpr size_t kMaxFdsPerMessage = 250;
+bool fdstore(std::string_view name, const int* fds, size_t n);
+bool fdstore_remove(std::string_view name);
+// How many descriptors the store takes, from $FDSTORE (systemd 254 and later set it to
+// FileDescriptorStoreMax=; kprism.service sets it itself for systemd 252); 0 when unset or invalid.
+size_t fdstore_max();
+// BARRIER=1: waits (at most timeout_ms) until systemd has processed every message sent before,
+// so that stored descriptors are in the store before this process exits. False on timeout or
+// without NOTIFY_SOCKET.
+bool barrier(int timeout_ms);
+
 // The watchdog timeout in microseconds from $WATCHDOG_USEC, or 0 when the watchdog is not
 // enabled for this process ($WATCHDOG_PID names another one, or a value is malformed).
 uint64_t watchdog_interval();

@@ -19,6 +19,7 @@
 #include "kprism/log_limiter.h"
 #include "kprism/policy.h"
 #include "kprism/rebalancer.h"
+#include "kprism/sd_notify.h"
 
 namespace kprism {
 
@@ -27,6 +28,7 @@ class Connection;
 
 struct Stats {
     uint64_t accepted = 0;
+    uint64_t resumed = 0;         // handed over by the previous process (server_handover.cc)
     uint64_t rejected = 0;        // over max_connections
     uint64_t accept_errors = 0;   // EMFILE and friends
     uint64_t client_failures = 0; // every upstream failed a client
@@ -87,7 +89,7 @@ public:
     const Heartbeat& heartbeat() const { return heartbeat_; }
 
     // Called by Connection.
-    void connection_opened(Connection* c);
+    void connection_opened(Connection* c, bool resumed = false);
     void connection_closed(Connection* c);
     bool over_connection_limit() const { return conns_.size() > connection_limit_; }
     // max_connections, or fewer when RLIMIT_NOFILE cannot give each connection its two
@@ -106,7 +108,10 @@ public:
     void finish_reload(bool ok, std::string changes, std::string error);
 
     // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
+    // Under systemd with a file descriptor store ($FDSTORE), SIGTERM hands over instead.
     void begin_shutdown(const char* why);
+    // Handing the established connections over to the next process (server_handover.cc).
+    bool handing_over() const { return handover_.active; }
     void log_stats();
 
     // systemd (see server_systemd.cc). The listening socket passed for the admin server
@@ -130,6 +135,24 @@ private:
         int admin_fd = -1;
     };
 
+    // Handover (server_handover.cc). Out: this process stops reading, waits (bounded) for what
+    // it has queued to be written, then stores listeners, connection sockets and the record in
+    // systemd's fd store and exits. In: the next process takes them back (LISTEN_FDNAMES
+    // handover-*), removes them from the store and resumes splicing.
+    struct Handover {
+        bool active = false;             // handing over (out)
+        uint64_t deadline_ms = 0;        // give up waiting for writes to finish
+        size_t closed_unconnected = 0;   // connections still connecting: closed at the start
+        std::vector<int> listen_fds;     // duplicates of the listening sockets, kept open meanwhile
+        std::vector<notify::ListenFd> passed;  // in: the handover-* descriptors systemd passed
+        uv_timer_t timer{};
+    };
+    void begin_handover(const char* why);
+    void finish_handover();
+    static void on_handover_timer(uv_timer_t* t);
+    // In: a passed listening socket bound to `addr`, or -1 (taken from handover_.passed).
+    int take_handover_listener(const sockaddr_storage& addr);
+    void resume_handover();
     bool start_listeners(std::string& error);
     bool start_admin(std::string& error);
     void close_all(const char* reason);
@@ -168,6 +191,7 @@ private:
     bool draining_ = false;
     bool finished_ = false;
     Systemd sd_;
+    Handover handover_;
     std::unique_ptr<Admin> admin_;  // the admin HTTP endpoint (admin.h); closed by finish()
     Heartbeat heartbeat_;
 };

@@ -475,6 +475,57 @@ else
 fi
 [ "$(prop MainPID)" = "$MAINPID" ] && ok "rotation: no restart" || bad "rotation restarted kprism"
 
+# ---- Restarts keep the established connections (the fd store; kprism(8) RESTARTS). ----
+# HELD TLS keep-alive connections from the host through the data port; after each
+# `systemctl restart` one more GET on each, on the same socket (no reconnect underneath).
+HELD=${HELD:-100} RESTARTS=${RESTARTS:-3}
+[ "$(prop FileDescriptorStoreMax)" -ge $((2 * HELD + 2)) ] 2>/dev/null \
+    && ok "FileDescriptorStoreMax=$(prop FileDescriptorStoreMax), FDSTORE in the environment: $(prop Environment | grep -o 'FDSTORE=[0-9]*')" \
+    || bad "FileDescriptorStoreMax is $(prop FileDescriptorStoreMax)"
+coproc HELDC { exec python3 tests/systemd/held_tls.py "$DPORT" "$HELD" "$pki/ca.crt" "$pki/client1.crt" "$pki/client1.key" 2>&1; }
+held_line=''
+held() {  # held CMD: send CMD to the held connections, their answer in $held_line
+    echo "$1" >&"${HELDC[1]}" && read -r -t 60 held_line <&"${HELDC[0]}"
+}
+read -r -t 60 held_line <&"${HELDC[0]}"
+if [ "$held_line" = "open $HELD" ]; then
+    ok "$HELD TLS keep-alive connections through kprism, one GET each"
+    survived_all=1
+    for i in $(seq 1 "$RESTARTS"); do
+        pid0=$(prop MainPID) c7=$(jcursor) t0=$(date +%s%N)
+        rout=$(C systemctl restart kprism.service 2>&1) || { echo "$rout" | indent; bad "restart $i: systemctl restart failed"; }
+        tr=$(( ($(date +%s%N) - t0) / 1000000 ))
+        held get
+        j=$(jsince "$c7")
+        if [ "$held_line" = "get ok=$HELD failed=0 same_socket=$HELD served_by=standin_a" ] \
+                && [ "$(prop MainPID)" != "$pid0" ] \
+                && grep -q "msg=\"handed over to the next process\" connections=$HELD reset_unflushed=0 reset_over_fdstore_max=0 .*systemd_confirmed=true" <<<"$j" \
+                && grep -q "msg=\"resumed connections handed over by the previous process\" resumed=$HELD closed_unmatched=0 closed_without_entry=0" <<<"$j"; then
+            ok "restart $i (systemctl restart took $tr ms, MainPID $pid0 -> $(prop MainPID)): all $HELD connections answer on their own sockets ($held_line)"
+        else
+            survived_all=0
+            echo "$held_line" | indent; grep -E 'hand|resumed|listening' <<<"$j" | indent
+            bad "restart $i: the held connections did not all survive"
+        fi
+    done
+    through standin_a && ok "after the restarts a new connection is served" || bad "no new connection after the restarts"
+    nres=$(curl -s -m 3 "http://127.0.0.1:$APORT/metrics" | sed -n 's/^kprism_connections_resumed_total //p')
+    [ "$nres" = "$HELD" ] && ok "kprism_connections_resumed_total $nres" || bad "kprism_connections_resumed_total '$nres'"
+    # The store is empty again while kprism runs: kprism took its descriptors out (FDSTOREREMOVE).
+    nfd=$(prop NFileDescriptorStore)
+    [ "$nfd" = 0 ] && ok "NFileDescriptorStore=0 while kprism runs" || bad "NFileDescriptorStore=$nfd while kprism runs"
+    # stop ends them (systemd closes the store once the unit is stopped).
+    C systemctl stop kprism.service
+    held get
+    [[ $held_line == "get ok=0 failed=$HELD "* ]] && ok "systemctl stop ends the held connections ($held_line)" \
+        || bad "after systemctl stop: $held_line"
+    C systemctl start kprism.service
+    wait_for 10 through standin_a || bad "kprism did not serve again after the stop"
+else
+    bad "held connections: $held_line"
+fi
+held quit; wait "$HELDC_PID" 2>/dev/null
+
 # ---- Socket activation: the socket units own the ports (drop-ins with this test's ports). ----
 # sockets ADMIN-PORT: kprism.socket on the data port, kprism-admin.socket on ADMIN-PORT, and
 # kprism.service restarted to take them over.

@@ -44,6 +44,7 @@ const char* const kFamilies[][2] = {
     {"kprism_build_info", "gauge"},
     {"kprism_connections_active", "gauge"},
     {"kprism_connections_accepted_total", "counter"},
+    {"kprism_connections_resumed_total", "counter"},
     {"kprism_connections_rejected_total", "counter"},
     {"kprism_client_failures_total", "counter"},
     {"kprism_connections_replayed_total", "counter"},
@@ -166,6 +167,7 @@ TEST(Metrics, CountersAndGauges) {
     u.rtt_ms = 1.5;
     Snapshot s = snapshot_of({&u});
     s.stats.accepted = 41;
+    s.stats.resumed = 12;
     s.stats.rejected = 1;
     s.stats.client_failures = 2;
     s.stats.replayed = 3;
@@ -186,6 +188,7 @@ TEST(Metrics, CountersAndGauges) {
              std::string("kprism_build_info{version=\"1.2.3\"} 1"),
              std::string("kprism_connections_active 9"),
              std::string("kprism_connections_accepted_total 41"),
+             std::string("kprism_connections_resumed_total 12"),
              std::string("kprism_connections_rejected_total 1"),
              std::string("kprism_client_failures_total 2"),
              std::string("kprism_connections_replayed_total 3"),

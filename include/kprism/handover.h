@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// The record a restarting kprism leaves beside its sockets in systemd's fd store: which client
+// socket pairs with which upstream socket, to which upstream, in what half-closed state.
+//
+// Text, one line per connection, versioned and bounded (see handover.cc for the format). The
+// sockets themselves travel as descriptors; a line names its two sockets by their addresses
+// (getsockname/getpeername), which identify a TCP connection, so the order in which systemd
+// passes the descriptors back does not matter.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kprism::handover {
+
+// The names under which the descriptors are stored (FDNAME=): listening sockets, connection
+// sockets, and the memfd holding the record.
+inline constexpr std::string_view kListenerName = "handover-data";
+inline constexpr std::string_view kConnectionName = "handover-conn";
+inline constexpr std::string_view kStateName = "handover-state";
+bool is_handover_name(std::string_view name);
+
+inline constexpr size_t kMaxRecordBytes = 16 << 20;  // 65536 entries of at most ~250 bytes
+inline constexpr size_t kMaxEntries = 65536;
+inline constexpr size_t kMaxTokenBytes = 300;  // an address or an upstream name
+
+// One handed-over connection. Addresses as sockaddr_str prints them ("127.0.0.1:7445",
+// "[::1]:6443").
+struct Entry {
+    std::string client_local, client_peer;      // the client's socket: kprism's end, the client's end
+    std::string upstream_local, upstream_peer;  // the upstream socket: kprism's end, the apiserver's
+    std::string upstream;                       // the Upstream's name (its address as configured)
+    bool client_eof = false;                    // the client sent FIN (passed on to the upstream)
+    bool client_shut = false;                   // kprism sent FIN to the client
+    bool upstream_eof = false;
+    bool upstream_shut = false;
+    uint64_t age_ms = 0;                        // how long the connection had been open
+};
+
+std::string serialize(const std::vector<Entry>& entries);
+
+// The whole record or nothing: false with a reason (another version, a bad line, truncated: no
+// matching `end` line) and `out` empty.
+bool parse(std::string_view text, std::vector<Entry>& out, std::string& error);
+
+// The local or peer address of a socket as sockaddr_str prints it; empty when it has none.
+std::string local_address(int fd);
+std::string peer_address(int fd);
+
+}  // namespace kprism::handover

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: Apache-2.0
+// The handover record's text format: written by the process that stops, read by the one that starts.
+//
+//   kprism-handover 1
+//   conn <client-local> <client-peer> <upstream-local> <upstream-peer> <upstream> <flags> <age_ms>
+//   ...
+//   end <number of conn lines>
+//
+// flags: a decimal bit set, 1 client_eof, 2 client_shut, 4 upstream_eof, 8 upstream_shut.
+#include "kprism/handover.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "kprism/address.h"
+
+namespace kprism::handover {
+
+namespace {
+
+constexpr std::string_view kHeader = "kprism-handover 1";
+
+// Splits `line` at single spaces into exactly `n` non-empty tokens of printable characters.
+bool split(std::string_view line, std::string_view* tok, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+        size_t sp = line.find(' ');
+        const bool last = i + 1 == n;
+        if (last != (sp == std::string_view::npos)) return false;
+        std::string_view t = line.substr(0, sp);
+        if (t.empty() || t.size() > kMaxTokenBytes) return false;
+        for (char c : t)
+            if (c <= ' ' || c > '~') return false;
+        tok[i] = t;
+        if (!last) line.remove_prefix(sp + 1);
+    }
+    return true;
+}
+
+bool number(std::string_view s, uint64_t& out) {
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+    return ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string address_of(int fd, bool peer) {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    auto* sa = reinterpret_cast<sockaddr*>(&ss);
+    int r = peer ? ::getpeername(fd, sa, &len) : ::getsockname(fd, sa, &len);
+    if (r != 0 || (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) return {};
+    return sockaddr_str(ss);
+}
+
+}  // namespace
+
+bool is_handover_name(std::string_view name) {
+    return name == kListenerName || name == kConnectionName || name == kStateName;
+}
+
+std::string serialize(const std::vector<Entry>& entries) {
+    std::string out = fmt::format("{}\n", kHeader);
+    for (const Entry& e : entries) {
+        unsigned flags = (e.client_eof ? 1u : 0u) | (e.client_shut ? 2u : 0u) | (e.upstream_eof ? 4u : 0u) |
+                         (e.upstream_shut ? 8u : 0u);
+        fmt::format_to(std::back_inserter(out), "conn {} {} {} {} {} {} {}\n", e.client_local, e.client_peer,
+                       e.upstream_local, e.upstream_peer, e.upstream, flags, e.age_ms);
+    }
+    fmt::format_to(std::back_inserter(out), "end {}\n", entries.size());
+    return out;
+}
+
+bool parse(std::string_view text, std::vector<Entry>& out, std::string& error) {
+    out.clear();
+    auto fail = [&](std::string why) {
+        out.clear();
+        error = std::move(why);
+        return false;
+    };
+    if (text.size() > kMaxRecordBytes) return fail(fmt::format("larger than {} bytes", kMaxRecordBytes));
+    size_t nl = text.find('\n');
+    if (nl == std::string_view::npos || text.substr(0, nl) != kHeader) {
+        std::string_view first = text.substr(0, std::min<size_t>(nl, 40));
+        return fail(fmt::format("not a version 1 record (first line {:?})", std::string(first)));
+    }
+    text.remove_prefix(nl + 1);
+    for (size_t lineno = 2;; ++lineno) {
+        nl = text.find('\n');
+        if (nl == std::string_view::npos) return fail(fmt::format("truncated at line {} (no end line)", lineno));
+        std::string_view line = text.substr(0, nl);
+        text.remove_prefix(nl + 1);
+        std::string_view t[8];
+        if (line.starts_with("end ")) {
+            uint64_t n = 0;
+            if (!split(line, t, 2) || !number(t[1], n) || n != out.size())
+                return fail(fmt::format("line {}: {:?} does not close {} entries", lineno, std::string(line.substr(0, 40)),
+                                        out.size()));
+            if (!text.empty()) return fail(fmt::format("bytes after the end line (line {})", lineno + 1));
+            return true;
+        }
+        uint64_t flags = 0, age = 0;
+        if (!line.starts_with("conn ") || !split(line, t, 8) || !number(t[6], flags) || flags > 15 ||
+            !number(t[7], age))
+            return fail(fmt::format("line {} is not a conn line", lineno));
+        if (out.size() >= kMaxEntries) return fail(fmt::format("more than {} entries", kMaxEntries));
+        Entry e;
+        e.client_local = t[1];
+        e.client_peer = t[2];
+        e.upstream_local = t[3];
+        e.upstream_peer = t[4];
+        e.upstream = t[5];
+        e.client_eof = flags & 1;
+        e.client_shut = flags & 2;
+        e.upstream_eof = flags & 4;
+        e.upstream_shut = flags & 8;
+        e.age_ms = age;
+        out.push_back(std::move(e));
+    }
+}
+
+std::string local_address(int fd) { return address_of(fd, false); }
+std::string peer_address(int fd) { return address_of(fd, true); }
+
+}  // namespace kprism::handover

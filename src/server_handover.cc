@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// Restarts that keep the established connections: SIGTERM under systemd with a file descriptor
+// store hands the listening and connection sockets over to the next process instead of draining.
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <map>
+
+#include "kprism/connection.h"
+#include "kprism/handover.h"
+#include "kprism/log.h"
+#include "kprism/server.h"
+
+namespace kprism {
+
+namespace {
+
+// How long the stopping process waits for the writes it has queued (bytes it already read) to
+// reach their sockets; a connection whose peer reads nothing meanwhile is reset instead.
+constexpr uint64_t kFlushWaitMs = 2000;
+constexpr uint64_t kFlushPollMs = 10;
+constexpr int kBarrierTimeoutMs = 5000;
+
+bool write_all(int fd, const std::string& s) {
+    size_t off = 0;
+    while (off < s.size()) {
+        ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        off += static_cast<size_t>(n);
+    }
+    return true;
+}
+
+// The whole memfd, at most kMaxRecordBytes (+1 so that a larger one fails to parse).
+bool read_record(int fd, std::string& out, std::string& error) {
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) {
+        error = fmt::format("fstat: {}", std::strerror(errno));
+        return false;
+    }
+    size_t size = std::min<size_t>(static_cast<size_t>(std::max<off_t>(st.st_size, 0)), handover::kMaxRecordBytes + 1);
+    out.resize(size);
+    size_t off = 0;
+    while (off < size) {
+        ssize_t n = ::pread(fd, out.data() + off, size - off, static_cast<off_t>(off));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+    }
+    out.resize(off);
+    return true;
+}
+
+}  // namespace
+
+// Out, step 1: stop accepting (the listening sockets stay open through a duplicate, so clients
+// queue in the backlog), stop reading every connection, close the ones not spliced yet.
+void Server::begin_handover(const char* why) {
+    draining_ = true;
+    handover_.active = true;
+    notify::stopping();
+    for (auto& l : listeners_) {
+        uv_os_fd_t fd;
+        if (!sd_.socket_activated && l->open && uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) == 0)
+            if (int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3); d >= 0) handover_.listen_fds.push_back(d);
+        l->close();
+    }
+    conns_.for_each([this](Connection* c) {
+        if (!c->closing() && !c->pause_for_handover()) ++handover_.closed_unconnected;
+    });
+    log::info("shutting down: handing connections over to the next process",
+              {{"signal", why},
+               {"connections", static_cast<uint64_t>(conns_.size() - handover_.closed_unconnected)},
+               {"closed_not_yet_connected", static_cast<uint64_t>(handover_.closed_unconnected)},
+               {"fdstore_max", static_cast<uint64_t>(notify::fdstore_max())}});
+    notify::status(fmt::format("handing over {} connections", conns_.size()));
+    handover_.deadline_ms = uv_now(loop_) + kFlushWaitMs;
+    uv_timer_init(loop_, &handover_.timer);
+    handover_.timer.data = this;
+    uv_timer_start(&handover_.timer, on_handover_timer, 0, kFlushPollMs);
+}
+
+void Server::on_handover_timer(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    bool flushed = true;
+    self->conns_.for_each([&](Connection* c) { flushed = flushed && (c->closing() || c->quiescent()); });
+    if (flushed || uv_now(self->loop_) >= self->handover_.deadline_ms) self->finish_handover();
+}
+
+// Out, step 2: every connection whose queued bytes are written goes into the store with the
+// listeners and the record; then this process closes its copies and exits.
+void Server::finish_handover() {
+    uv_timer_stop(&handover_.timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(&handover_.timer), nullptr);
+    const size_t max = notify::fdstore_max();
+    // Room in the store: the listeners and the record first, then two per connection.
+    size_t room = max > handover_.listen_fds.size() + 1 ? (max - handover_.listen_fds.size() - 1) / 2 : 0;
+    std::vector<handover::Entry> entries;
+    std::vector<int> fds;
+    size_t unflushed = 0, over_store = 0;
+    std::vector<Connection*> stored, dropped;
+    conns_.for_each([&](Connection* c) {
+        if (c->closing()) return;
+        handover::Entry e;
+        int cf = -1, uf = -1;
+        if (!c->handover_entry(e, cf, uf)) {
+            ++unflushed;
+            dropped.push_back(c);
+        } else if (entries.size() >= room) {
+            ++over_store;
+            dropped.push_back(c);
+        } else {
+            entries.push_back(std::move(e));
+            fds.push_back(cf);
+            fds.push_back(uf);
+            stored.push_back(c);
+        }
+    });
+    // Reset: their queued bytes were never written, so the peers must not take the end for a FIN.
+    for (Connection* c : dropped) c->close("handover: not handed over", true, true);
+
+    std::string record = handover::serialize(entries);
+    int mfd = ::memfd_create("kprism-handover", MFD_CLOEXEC);
+    bool ok = mfd >= 0 && write_all(mfd, record);
+    std::string error = ok ? "" : fmt::format("memfd: {}", std::strerror(errno));
+    // The record last: a next process that finds it finds the sockets it names.
+    ok = ok && notify::fdstore(handover::kListenerName, handover_.listen_fds.data(), handover_.listen_fds.size()) &&
+         notify::fdstore(handover::kConnectionName, fds.data(), fds.size()) &&
+         notify::fdstore(handover::kStateName, &mfd, 1);
+    if (!ok && error.empty()) error = "sending to systemd's notify socket failed";
+    bool barrier = ok && notify::barrier(kBarrierTimeoutMs);
+    if (mfd >= 0) ::close(mfd);
+    for (int fd : handover_.listen_fds) ::close(fd);
+    handover_.listen_fds.clear();
+    // Our copies only: systemd holds the sockets until the next process takes them.
+    for (Connection* c : stored) c->close("handed over");
+    if (ok)
+        log::info("handed over to the next process",
+                  {{"connections", static_cast<uint64_t>(entries.size())},
+                   {"reset_unflushed", static_cast<uint64_t>(unflushed)},
+                   {"reset_over_fdstore_max", static_cast<uint64_t>(over_store)},
+                   {"record_bytes", static_cast<uint64_t>(record.size())},
+                   {"systemd_confirmed", barrier}});
+    else
+        log::warn("handover failed: connections closed", {{"connections", static_cast<uint64_t>(entries.size())},
+                                                           {"error", error}});
+    finish();
+}
+
+// In: a passed listening socket for `addr`. The others are closed by resume_handover().
+int Server::take_handover_listener(const sockaddr_storage& addr) {
+    std::string want = sockaddr_str(addr);
+    for (auto it = handover_.passed.begin(); it != handover_.passed.end(); ++it) {
+        if (it->name != handover::kListenerName || handover::local_address(it->fd) != want) continue;
+        int fd = it->fd;
+        handover_.passed.erase(it);
+        return fd;
+    }
+    return -1;
+}
+
+// In: the record says which passed sockets pair up; each pair whose upstream is still configured
+// resumes splicing. Whatever does not match is closed (its client reconnects), with one line.
+void Server::resume_handover() {
+    if (handover_.passed.empty()) return;
+    for (std::string_view name : {handover::kListenerName, handover::kConnectionName, handover::kStateName})
+        notify::fdstore_remove(name);
+    std::vector<notify::ListenFd> passed = std::move(handover_.passed);
+    handover_.passed.clear();
+    std::string record, error;
+    size_t states = 0, unused_listeners = 0;
+    std::map<std::string, int> socks;  // "local peer" -> fd
+    for (const notify::ListenFd& p : passed) {
+        if (p.name == handover::kStateName) {
+            if (states++ == 0 && !read_record(p.fd, record, error)) record.clear();
+            ::close(p.fd);
+        } else if (p.name == handover::kListenerName) {
+            ++unused_listeners;  // not (or no longer) a configured address
+            ::close(p.fd);
+        } else {
+            std::string key = handover::local_address(p.fd) + " " + handover::peer_address(p.fd);
+            if (key.size() < 4 || !socks.emplace(std::move(key), p.fd).second) ::close(p.fd);
+        }
+    }
+    std::vector<handover::Entry> entries;
+    if (states != 1) error = fmt::format("{} records passed, not one", states);
+    else if (error.empty()) handover::parse(record, entries, error);
+    size_t resumed = 0, unmatched = 0;
+    auto take = [&](const std::string& local, const std::string& peer) {
+        auto it = socks.find(local + " " + peer);
+        if (it == socks.end()) return -1;
+        int fd = it->second;
+        socks.erase(it);
+        return fd;
+    };
+    for (const handover::Entry& e : entries) {
+        int cf = take(e.client_local, e.client_peer), uf = take(e.upstream_local, e.upstream_peer);
+        Upstream* up = nullptr;
+        UpstreamPool& pool = control_.upstreams();
+        for (size_t i = 0; i < pool.size() && !up; ++i)
+            if (!pool[i].removed && pool[i].name == e.upstream) up = &pool[i];
+        if (cf < 0 || uf < 0 || !up) {
+            ++unmatched;
+            if (cf >= 0) ::close(cf);
+            if (uf >= 0) ::close(uf);
+            continue;
+        }
+        if (Connection::resume(*this, cf, uf, *up, e)) ++resumed;
+    }
+    size_t stray = socks.size();
+    for (auto& [key, fd] : socks) ::close(fd);
+    if (!error.empty())
+        log::warn("handover record ignored: its connections are closed and their clients reconnect",
+                  {{"reason", error}, {"sockets_closed", static_cast<uint64_t>(stray)}});
+    log::info("resumed connections handed over by the previous process",
+              {{"resumed", static_cast<uint64_t>(resumed)},
+               {"closed_unmatched", static_cast<uint64_t>(unmatched)},
+               {"closed_without_entry", static_cast<uint64_t>(error.empty() ? stray : 0)},
+               {"listeners_not_configured", static_cast<uint64_t>(unused_listeners)}});
+}
+
+}  // namespace kprism

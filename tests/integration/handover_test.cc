@@ -1,0 +1,371 @@
+// SPDX-License-Identifier: Apache-2.0
+// Restarts that keep connections: the real binary hands its sockets to a file descriptor store
+// the test owns (systemd's FDSTORE=1 protocol on a NOTIFY_SOCKET), and a second kprism started
+// with them (LISTEN_FDS/LISTEN_FDNAMES, as systemd passes them back) resumes splicing.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "harness/harness.h"
+
+using namespace it;
+
+namespace {
+
+// systemd's side of the fd store: FDSTORE=1 keeps the passed descriptors under FDNAME,
+// FDSTOREREMOVE=1 closes them, BARRIER=1 is answered by closing its descriptor. A thread reads
+// the socket, as systemd does, so a kprism waiting on its barrier is answered.
+class FdStore {
+public:
+    FdStore() {
+        char tmpl[] = "/tmp/kprism-fdstore-XXXXXX";
+        dir_ = mkdtemp(tmpl);
+        path_ = dir_ + "/notify";
+        fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        sockaddr_un sa{};
+        sa.sun_family = AF_UNIX;
+        std::memcpy(sa.sun_path, path_.data(), path_.size());
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) throw std::runtime_error("bind");
+        thread_ = std::thread([this] { loop(); });
+    }
+    ~FdStore() {
+        stop_ = true;
+        thread_.join();
+        ::close(fd_);
+        for (auto& [name, fds] : store_)
+            for (int f : fds) ::close(f);
+        std::filesystem::remove_all(dir_);
+    }
+    std::string env() const { return "NOTIFY_SOCKET=" + path_; }
+
+    size_t count(const std::string& name) {
+        std::lock_guard g(mu_);
+        auto it = store_.find(name);
+        return it == store_.end() ? 0 : it->second.size();
+    }
+    size_t removes(const std::string& name) {
+        std::lock_guard g(mu_);
+        return removed_[name];
+    }
+    size_t barriers() const { return barriers_; }
+
+    // What systemd passes to the next process: the stored descriptors, and the environment.
+    Spawn spawn_next(std::vector<std::string> env) {
+        std::lock_guard g(mu_);
+        Spawn s;
+        std::string names;
+        for (auto& [name, fds] : store_)
+            for (int f : fds) {
+                s.fds.push_back(f);
+                names += (names.empty() ? "" : ":") + name;
+            }
+        env.push_back("LISTEN_FDS=" + std::to_string(s.fds.size()));
+        env.push_back("LISTEN_PID={pid}");
+        env.push_back("LISTEN_FDNAMES=" + names);
+        s.env = std::move(env);
+        return s;
+    }
+    // Replaces what is stored under `name` with a memfd holding `text`.
+    void replace_record(const std::string& name, const std::string& text) {
+        std::lock_guard g(mu_);
+        for (int f : store_[name]) ::close(f);
+        int m = memfd_create("test-record", MFD_CLOEXEC);
+        if (::write(m, text.data(), text.size()) != static_cast<ssize_t>(text.size())) throw std::runtime_error("write");
+        store_[name] = {m};
+    }
+    std::string record(const std::string& name) {
+        std::lock_guard g(mu_);
+        std::string out(1 << 20, '\0');
+        auto& fds = store_[name];
+        if (fds.empty()) return "";
+        ssize_t n = ::pread(fds[0], out.data(), out.size(), 0);
+        out.resize(n > 0 ? static_cast<size_t>(n) : 0);
+        return out;
+    }
+    // Drops everything (systemd after a stop with no job queued).
+    void clear() {
+        std::lock_guard g(mu_);
+        for (auto& [name, fds] : store_)
+            for (int f : fds) ::close(f);
+        store_.clear();
+    }
+
+private:
+    void loop() {
+        while (!stop_) {
+            pollfd p{fd_, POLLIN, 0};
+            if (::poll(&p, 1, 50) <= 0) continue;
+            char buf[4096];
+            alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 253)];
+            iovec iov{buf, sizeof buf};
+            msghdr mh{};
+            mh.msg_iov = &iov;
+            mh.msg_iovlen = 1;
+            mh.msg_control = ctl;
+            mh.msg_controllen = sizeof ctl;
+            ssize_t n = ::recvmsg(fd_, &mh, MSG_CMSG_CLOEXEC);
+            if (n < 0) continue;
+            std::vector<int> fds;
+            for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+                    for (size_t i = 0; i < k; ++i) {
+                        int f;
+                        std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+                        fds.push_back(f);
+                    }
+                }
+            std::istringstream in(std::string(buf, static_cast<size_t>(n)));
+            std::map<std::string, std::string> kv;
+            for (std::string l; std::getline(in, l);)
+                if (auto eq = l.find('='); eq != std::string::npos) kv[l.substr(0, eq)] = l.substr(eq + 1);
+            std::lock_guard g(mu_);
+            std::string name = kv.count("FDNAME") ? kv["FDNAME"] : "stored";
+            if (kv["FDSTORE"] == "1") {
+                for (int f : fds) store_[name].push_back(f);
+                continue;
+            }
+            if (kv["FDSTOREREMOVE"] == "1") {
+                for (int f : store_[name]) ::close(f);
+                store_.erase(name);
+                ++removed_[name];
+            }
+            if (kv["BARRIER"] == "1") ++barriers_;
+            for (int f : fds) ::close(f);
+        }
+    }
+
+    std::string dir_, path_;
+    int fd_ = -1;
+    std::atomic<bool> stop_{false};
+    std::atomic<size_t> barriers_{0};
+    std::mutex mu_;
+    std::map<std::string, std::vector<int>> store_;
+    std::map<std::string, size_t> removed_;
+    std::thread thread_;
+};
+
+// One client connection through kprism, echoed by the upstream.
+struct Client {
+    int fd = -1;
+    explicit Client(int port) : fd(connect_to(port)) {}
+    ~Client() {
+        if (fd >= 0) ::close(fd);
+    }
+    bool echo(const std::string& s) {
+        if (!send_all(fd, s.data(), s.size())) return false;
+        std::string back(s.size(), '\0');
+        return recv_exact(fd, back.data(), back.size(), 5000ms) == s.size() && back == s;
+    }
+};
+
+std::string pattern(size_t n, size_t seed) {
+    std::string s(n, '\0');
+    for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed * 7 + i / 251) & 0xff);
+    return s;
+}
+
+// The first kprism: its data port fixed so the second one is configured the same.
+std::unique_ptr<Kprism> first(const TcpServer& up, FdStore& store, int port, std::vector<std::string> extra = {}) {
+    return std::make_unique<Kprism>(std::vector<std::string>{up.endpoint()}, std::move(extra),
+                                    Spawn{{store.env(), "FDSTORE=64"}, {}}, port, free_port());
+}
+
+std::unique_ptr<Kprism> next(const std::vector<std::string>& endpoints, FdStore& store, int port) {
+    return std::make_unique<Kprism>(endpoints, std::vector<std::string>{}, store.spawn_next({store.env(), "FDSTORE=64"}),
+                                    port, free_port());
+}
+
+}  // namespace
+
+// Connections carrying bytes both ways the whole time: not one byte lost or reordered, the
+// listener kept (a client that connects between the two processes waits and is served), and the
+// second process takes the descriptors out of the store.
+TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
+    TcpServer up(TcpServer::echo);
+    FdStore store;
+    const int port = free_port();
+    auto k1 = first(up, store, port);
+    ASSERT_TRUE(k1->wait_output("msg=started"));
+    constexpr size_t kConns = 8;
+    constexpr size_t kBytes = 256 * 1024;
+    std::vector<std::unique_ptr<Client>> cs;
+    for (size_t i = 0; i < kConns; ++i) {
+        cs.push_back(std::make_unique<Client>(port));
+        ASSERT_TRUE(cs.back()->echo("hello " + std::to_string(i)));
+    }
+    // Each connection streams kBytes in small pieces across the restart, and reads its echo.
+    std::atomic<bool> started{false};
+    std::vector<std::string> got(kConns);
+    std::vector<std::thread> ts;
+    for (size_t i = 0; i < kConns; ++i) {
+        ts.emplace_back([&, i] {
+            const int fd = cs[i]->fd;
+            std::thread reader([&got, fd, i] {
+                std::string buf(kBytes, '\0');
+                buf.resize(recv_exact(fd, buf.data(), kBytes, 20000ms));
+                got[i] = std::move(buf);
+            });
+            std::string data = pattern(kBytes, i);
+            for (size_t off = 0; off < kBytes; off += 4096) {
+                send_all(fd, data.data() + off, std::min<size_t>(4096, kBytes - off));
+                started = true;
+                std::this_thread::sleep_for(5ms);  // the stream spans the restart (about 0.3 s each)
+            }
+            reader.join();
+        });
+    }
+    ASSERT_TRUE(eventually([&] { return started.load(); }));
+    k1->signal(SIGTERM);
+    EXPECT_EQ(k1->wait(10000ms), 0);
+    std::string out1 = k1->output();
+    EXPECT_NE(out1.find("handing connections over to the next process"), std::string::npos) << out1;
+    EXPECT_NE(out1.find("msg=\"handed over to the next process\" connections=8"), std::string::npos) << out1;
+    EXPECT_NE(out1.find("systemd_confirmed=true"), std::string::npos) << out1;
+    EXPECT_EQ(store.count("handover-conn"), 2u * kConns);
+    EXPECT_EQ(store.count("handover-data"), 1u);
+    EXPECT_EQ(store.count("handover-state"), 1u);
+    EXPECT_GE(store.barriers(), 1u);
+    std::string rec = store.record("handover-state");
+    EXPECT_EQ(rec.rfind("kprism-handover 1\n", 0), 0u) << rec;
+    EXPECT_NE(rec.find("end 8\n"), std::string::npos) << rec;
+    // Between the two processes the listener is still open: the kernel queues this client.
+    int between = connect_to(port);
+    ASSERT_GE(between, 0);
+    auto k2 = next({up.endpoint()}, store, port);
+    ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
+    EXPECT_TRUE(k2->wait_output("resumed=8 closed_unmatched=0 closed_without_entry=0")) << k2->output();
+    EXPECT_NE(k2->output().find("handed_over=true"), std::string::npos) << k2->output();
+    EXPECT_TRUE(eventually([&] { return store.count("handover-conn") == 0 && store.count("handover-data") == 0 &&
+                                        store.count("handover-state") == 0; }))
+        << "the second kprism did not remove its descriptors from the store";
+    EXPECT_EQ(store.removes("handover-conn"), 1u);
+    for (auto& t : ts) t.join();
+    for (size_t i = 0; i < kConns; ++i) {
+        EXPECT_EQ(got[i].size(), kBytes) << "connection " << i;
+        EXPECT_TRUE(got[i] == pattern(kBytes, i)) << "connection " << i << " corrupted";
+        EXPECT_TRUE(cs[i]->echo("after " + std::to_string(i))) << i;
+    }
+    Client waited{-1};
+    waited.fd = between;
+    EXPECT_TRUE(waited.echo("queued between the processes"));
+    Client fresh(port);
+    EXPECT_TRUE(fresh.echo("new"));
+    EXPECT_EQ(k2->stat("connections_active"), static_cast<long>(kConns) + 2);
+    EXPECT_EQ(k2->stat("connections_resumed"), static_cast<long>(kConns));
+    EXPECT_EQ(k2->stat("connections_total"), 2);  // accepted: the queued one and the new one
+    // Closing a resumed connection ends it upstream too (kprism owns the only copies now).
+    int before = static_cast<int>(k2->stat("connections_active"));
+    ::shutdown(cs[0]->fd, SHUT_WR);
+    int err = -1;
+    recv_until_eof(cs[0]->fd, &err, 5000ms);
+    EXPECT_EQ(err, 0);
+    EXPECT_TRUE(eventually([&] { return k2->stat("connections_active") == before - 1; }));
+}
+
+// A half-closed connection (the client sent FIN, the upstream still sends) is handed over as such.
+TEST(Handover, HalfClosedConnectionKeepsItsState) {
+    // The upstream answers each connection's bytes only after the client's FIN, then closes.
+    TcpServer up([](int fd) {
+        std::string all = recv_until_eof(fd, nullptr, 20000ms);
+        std::this_thread::sleep_for(1500ms);  // answers after the restart
+        send_all(fd, all.data(), all.size());
+    });
+    FdStore store;
+    const int port = free_port();
+    auto k1 = first(up, store, port);
+    ASSERT_TRUE(k1->wait_output("msg=started"));
+    Client c(port);
+    ASSERT_TRUE(send_all(c.fd, "question", 8));
+    ::shutdown(c.fd, SHUT_WR);
+    ASSERT_TRUE(eventually([&] { return up.accepted() == 1; }));
+    std::this_thread::sleep_for(100ms);  // the FIN has been passed on (nothing to poll on here)
+    k1->signal(SIGTERM);
+    EXPECT_EQ(k1->wait(10000ms), 0);
+    std::string rec = store.record("handover-state");
+    EXPECT_NE(rec.find(" 9 "), std::string::npos) << "flags client_eof|upstream_shut expected: " << rec;
+    auto k2 = next({up.endpoint()}, store, port);
+    ASSERT_TRUE(k2->wait_output("resumed=1 ")) << k2->output();
+    int err = -1;
+    EXPECT_EQ(recv_until_eof(c.fd, &err, 10000ms), "question");
+    EXPECT_EQ(err, 0);
+    EXPECT_TRUE(eventually([&] { return k2->stat("connections_active") == 0; }));
+}
+
+// Bad state: another version, garbage, a truncated record, a socket the record does not name, an
+// upstream no longer configured: those sockets are closed (their clients see the end and
+// reconnect), one line says why, and the new process serves.
+TEST(Handover, BadRecordsCloseTheirConnectionsAndNothingElse) {
+    struct Case {
+        const char* name;
+        std::string record;  // empty: keep kprism's own
+        bool other_upstream;
+        const char* log;
+    };
+    const Case cases[] = {
+        {"another version", "kprism-handover 2\nend 0\n", false, "not a version 1 record"},
+        {"garbage", std::string("\x7f\x45\x4c\x46\x02\x01\x01\x00", 8) + std::string(4096, '\xff'), false,
+         "not a version 1 record"},
+        {"truncated", "kprism-handover 1\nconn 127.0.0.1:1 127", false, "truncated"},
+        {"names other sockets", "kprism-handover 1\nconn 127.0.0.1:1 127.0.0.1:2 127.0.0.1:3 127.0.0.1:4 x:1 0 0\nend 1\n",
+         false, "closed_unmatched=1 closed_without_entry=2"},
+        {"upstream not configured", "", true, "closed_unmatched=1 closed_without_entry=0"},
+    };
+    for (const Case& tc : cases) {
+        SCOPED_TRACE(tc.name);
+        TcpServer up(TcpServer::echo), other(TcpServer::echo);
+        FdStore store;
+        const int port = free_port();
+        auto k1 = first(up, store, port);
+        ASSERT_TRUE(k1->wait_output("msg=started"));
+        Client c(port);
+        ASSERT_TRUE(c.echo("x"));
+        k1->signal(SIGTERM);
+        ASSERT_EQ(k1->wait(10000ms), 0);
+        ASSERT_EQ(store.count("handover-conn"), 2u);
+        if (!tc.record.empty()) store.replace_record("handover-state", tc.record);
+        auto k2 = next({tc.other_upstream ? other.endpoint() : up.endpoint()}, store, port);
+        ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
+        EXPECT_NE(k2->output().find(tc.log), std::string::npos) << k2->output();
+        EXPECT_TRUE(eventually([&] { return store.count("handover-conn") == 0; }));
+        int err = -1;
+        recv_until_eof(c.fd, &err, 5000ms);  // closed: EOF or a reset, not a hang
+        EXPECT_NE(err, ETIMEDOUT);
+        EXPECT_TRUE(k2->running());
+        Client fresh(port);
+        EXPECT_TRUE(fresh.echo("served"));
+        EXPECT_EQ(k2->stat("connections_active"), 1);
+    }
+}
+
+// Without $FDSTORE (or without a notify socket) SIGTERM drains as before.
+TEST(Handover, WithoutAStoreSigtermDrains) {
+    TcpServer up(TcpServer::echo);
+    FdStore store;
+    Kprism k({up.endpoint()}, {}, Spawn{{store.env()}, {}});
+    ASSERT_TRUE(k.wait_output("msg=started"));
+    Client c(k.port);
+    ASSERT_TRUE(c.echo("a"));
+    k.signal(SIGTERM);
+    ASSERT_TRUE(k.wait_output("msg=\"shutting down\""));
+    EXPECT_TRUE(c.echo("still draining"));
+    ::close(c.fd);
+    c.fd = -1;
+    EXPECT_EQ(k.wait(5000ms), 0);
+    EXPECT_EQ(k.output().find("handing"), std::string::npos);
+    EXPECT_EQ(store.count("handover-conn"), 0u);
+}
