@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Talking to systemd: sd_notify messages, the watchdog interval, and socket-activation fds.
+// Talking to systemd: sd_notify messages, the fd store and barriers, the watchdog interval, and
+// socket-activation fds.
 #include "kprism/sd_notify.h"
 
 #include <fcntl.h>

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// systemd integration: readiness notification, watchdog, and sockets passed by socket activation.
+// systemd integration: readiness notification, watchdog, sockets passed by socket activation, and
+// the file descriptor store.
 //
 // The dynamic build uses libsystemd (sd_notify, sd_listen_fds_with_names, sd_watchdog_enabled); the
 // static build (WITH_SYSTEMD=0, for Talos) cannot link it, and speaks the same documented protocol

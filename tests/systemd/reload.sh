@@ -12,7 +12,9 @@
 # error, a value out of bounds and a listen address that cannot be bound, while the service
 # keeps running the old configuration and passing TLS through; all without /bin/kill (no
 # procps in the tree). Then a kubelet-style certificate rotation picked up through
-# kprism-cert.path. One "ok"/"FAIL" line per check, then "systemd-reload: N passed, M failed".
+# kprism-cert.path. Then HELD TLS keep-alive connections through kprism kept across RESTARTS
+# `systemctl restart`s (the fd store handover, held_tls.py). One "ok"/"FAIL" line per check, then
+# "systemd-reload: N passed, M failed". HELD (default 100) and RESTARTS (default 3) in the environment.
 #
 # Root only; prints "skip: ..." and exits 0 without root, debootstrap, systemd-nspawn or
 # overlayfs. The cached tree is never modified: each run boots an overlay of it, removed at exit.
@@ -497,7 +499,7 @@ if [ "$held_line" = "open $HELD" ]; then
         tr=$(( ($(date +%s%N) - t0) / 1000000 ))
         held get
         j=$(jsince "$c7")
-        if [ "$held_line" = "get ok=$HELD failed=0 same_socket=$HELD served_by=standin_a" ] \
+        if [[ $held_line == "get ok=$HELD failed=0 same_socket=$HELD served_by=standin_"* ]] \
                 && [ "$(prop MainPID)" != "$pid0" ] \
                 && grep -q "msg=\"handed over to the next process\" connections=$HELD reset_unflushed=0 reset_over_fdstore_max=0 .*systemd_confirmed=true" <<<"$j" \
                 && grep -q "msg=\"resumed connections handed over by the previous process\" resumed=$HELD closed_unmatched=0 closed_without_entry=0" <<<"$j"; then
@@ -508,8 +510,21 @@ if [ "$held_line" = "open $HELD" ]; then
             bad "restart $i: the held connections did not all survive"
         fi
     done
-    through standin_a && ok "after the restarts a new connection is served" || bad "no new connection after the restarts"
-    nres=$(curl -s -m 3 "http://127.0.0.1:$APORT/metrics" | sed -n 's/^kprism_connections_resumed_total //p')
+    # The package's upgrade: postinst runs systemctl try-restart, the same handover.
+    if [ "$how" = deb ]; then
+        pid0=$(prop MainPID) c7=$(jcursor)
+        uout=$(C dpkg -i /root/kprism.deb 2>&1) || { echo "$uout" | indent; bad "upgrade: dpkg -i failed"; }
+        held get
+        if [[ $held_line == "get ok=$HELD failed=0 same_socket=$HELD "* ]] && [ "$(prop MainPID)" != "$pid0" ] \
+                && jsince "$c7" | grep -q "resumed=$HELD closed_unmatched=0"; then
+            ok "upgrade (dpkg -i, postinst's try-restart; MainPID $pid0 -> $(prop MainPID)): all $HELD connections answer ($held_line)"
+        else
+            echo "$uout" | tail -5 | indent; echo "$held_line" | indent; jsince "$c7" | tail -25 | indent
+            bad "upgrade: the held connections did not all survive"
+        fi
+    fi
+    through standin_a standin_b && ok "after the restarts a new connection is served" || bad "no new connection after the restarts"
+    nres=$(curl -s -m 3 "http://127.0.0.1:$APORT/metrics" | sed -n 's/^kprism_connections_resumed_total //p')  # this process's
     [ "$nres" = "$HELD" ] && ok "kprism_connections_resumed_total $nres" || bad "kprism_connections_resumed_total '$nres'"
     # The store is empty again while kprism runs: kprism took its descriptors out (FDSTOREREMOVE).
     nfd=$(prop NFileDescriptorStore)
@@ -520,11 +535,53 @@ if [ "$held_line" = "open $HELD" ]; then
     [[ $held_line == "get ok=0 failed=$HELD "* ]] && ok "systemctl stop ends the held connections ($held_line)" \
         || bad "after systemctl stop: $held_line"
     C systemctl start kprism.service
-    wait_for 10 through standin_a || bad "kprism did not serve again after the stop"
+    wait_for 10 through standin_a standin_b || bad "kprism did not serve again after the stop"
 else
     bad "held connections: $held_line"
 fi
 held quit; wait "$HELDC_PID" 2>/dev/null
+
+# ---- Crashes: Restart=always after SIGKILL; the watchdog restarts a stopped event loop. ----
+nr() { prop NRestarts; }
+restarted_from() { local p; p=$(prop MainPID); [ "$p" != 0 ] && [ "$p" != "$1" ] && [ "$(prop ActiveState)" = active ]; }
+pid0=$(prop MainPID) n0=$(nr)
+C systemctl kill -s KILL kprism.service
+if wait_for 10 restarted_from "$pid0" && [ "$(nr)" = $((n0 + 1)) ] && wait_for 10 through standin_a standin_b; then
+    ok "SIGKILL: Restart=always started a new kprism (MainPID $pid0 -> $(prop MainPID), NRestarts $n0 -> $(nr)), serving"
+else bad "SIGKILL: MainPID $(prop MainPID), $(prop ActiveState), NRestarts $(nr)"; fi
+mkdir -p "$ROOT/etc/systemd/system/kprism.service.d"
+printf '[Service]\nWatchdogSec=2s\n' > "$ROOT/etc/systemd/system/kprism.service.d/watchdog.conf"
+C systemctl daemon-reload && C systemctl restart kprism.service
+pid0=$(prop MainPID) c8=$(jcursor)
+# SIGSTOP: the event loop stops, so do its pings; systemd aborts it and Restart=always restarts it.
+C systemctl kill -s STOP kprism.service
+if wait_for 20 restarted_from "$pid0" && jsince "$c8" | grep -qi 'watchdog timeout'; then
+    ok "watchdog (WatchdogSec=2s in a drop-in): a stopped event loop is aborted and restarted ($(jsince "$c8" | grep -im1 'watchdog timeout' | cut -c1-120))"
+else jsince "$c8" | tail -5 | indent; bad "watchdog: no restart of the stopped kprism (MainPID $(prop MainPID))"; fi
+rm -f "$ROOT/etc/systemd/system/kprism.service.d/watchdog.conf"
+C systemctl daemon-reload && C systemctl restart kprism.service
+
+# ---- Ordering: READY before kubelet.service starts. ----
+# A stand-in kubelet.service that records what kprism said when it was started.
+printf '[Service]\nType=oneshot\nExecStart=/bin/sh -c "systemctl show -p ActiveState -p StatusText kprism.service > /run/kubelet-saw"\n' \
+    > "$ROOT/etc/systemd/system/kubelet.service"
+C systemctl daemon-reload && C systemctl stop kprism.service
+# kprism's start job first (as at boot, where both are queued); kubelet's waits for it to finish.
+C systemctl start --no-block kprism.service
+C systemctl start kubelet.service
+saw=$(C cat /run/kubelet-saw 2>/dev/null | tr '\n' ' ')
+[[ $saw == *"ActiveState=active "* && $saw == *"StatusText="*"upstreams ready"* ]] \
+    && ok "Before=kubelet.service: a kubelet.service started with kprism saw it READY ($saw)" \
+    || bad "kubelet.service started before kprism was READY: $saw"
+rm -f "$ROOT/etc/systemd/system/kubelet.service"; C systemctl daemon-reload
+
+# ---- The sandbox as systemd sees it. ----
+if sec=$(C systemd-analyze security kprism.service --no-pager 2>&1); then
+    level=$(sed -n 's/.*Overall exposure level for kprism.service: \([0-9.]*\).*/\1/p' <<<"$sec")
+    [ -n "$level" ] && awk -v l="$level" 'BEGIN { exit !(l <= 2.5) }' \
+        && ok "systemd-analyze security kprism.service (running): exposure $level (limit 2.5)" \
+        || { grep '✗' <<<"$sec" | head -20 | indent; bad "systemd-analyze security: exposure '$level'"; }
+else echo "$sec" | tail -5 | indent; bad "systemd-analyze security failed"; fi
 
 # ---- Socket activation: the socket units own the ports (drop-ins with this test's ports). ----
 # sockets ADMIN-PORT: kprism.socket on the data port, kprism-admin.socket on ADMIN-PORT, and
@@ -566,12 +623,29 @@ if sockets "$APORT2" && wait_for 10 admin_on "$APORT2"; then
         bad "socket activation, admin socket moved by a drop-in as packaging/systemd/README.md says: systemctl reload exits $rrc: $(jsince "$c6" | grep -m1 '^kprism reload:')"
     fi
 else bad "socket activation: the admin socket did not move to $APORT2"; fi
+# A crash with socket activation: kprism.socket keeps listening, so a client that connects while
+# kprism is down waits in the backlog and is served by the restarted one.
+pid0=$(prop MainPID)
+C systemctl kill -s KILL kprism.service
+t0=$(date +%s%N)
+if through standin_a standin_b; then
+    ok "socket activation, SIGKILL: a connection made while kprism was down was served $(( ($(date +%s%N) - t0) / 1000000 )) ms later by the restarted one (MainPID $pid0 -> $(prop MainPID))"
+else bad "socket activation, SIGKILL: the connection made while kprism was down failed"; fi
 
 # ---- Stop: a clean drain. ----
 if C systemctl stop kprism.service kprism.socket kprism-admin.socket && [ "$(prop ActiveState)" = inactive ] \
         && [ "$(prop Result)" = success ] && [ "$(prop ExecMainStatus)" = 0 ]; then
     ok "systemctl stop: inactive, Result=success, exit status 0"
 else bad "systemctl stop: $(prop ActiveState), Result=$(prop Result), status $(prop ExecMainStatus)"; fi
+
+# ---- Purge: nothing of the package is left. ----
+if [ "$how" = deb ]; then
+    pout=$(C dpkg --purge kprism 2>&1) || { echo "$pout" | indent; bad "dpkg --purge kprism failed"; }
+    left=$(C sh -c 'for f in /usr/bin/kprism /etc/kprism /lib/systemd/system/kprism.service /usr/lib/kprism; do [ -e "$f" ] && echo "$f"; done')
+    ls=$(prop LoadState)
+    [ -z "$left" ] && [ "$ls" = not-found ] && ok "dpkg --purge kprism: binary, configuration and units gone, kprism.service $ls" \
+        || bad "dpkg --purge kprism left: $left (kprism.service $ls)"
+fi
 
 # HOLD=SECONDS: keep the container up for a look (nsenter -t PID -a bash) until the time is up
 # or the file "$T/release" appears.
