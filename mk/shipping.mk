@@ -35,7 +35,7 @@ static: ## build/static/kprism, fully static and stripped (WITH_SYSTEMD=0 STATIC
 # Checks on the static binary (static, runs in an empty chroot, rejects hostnames) and a subset
 # of the integration suite against it; ends with "static: N passed, M failed".
 test-static: static $(BUILD)/kprism-standin $(BUILD)/tests/integration ## the static binary: alone in an empty chroot, no hostnames; integration subset
-	KPRISM_STATIC_BIN=$(abspath build/static/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
+	TEST_SHARDS=$(TEST_SHARDS) KPRISM_STATIC_BIN=$(abspath build/static/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
 		KPRISM_IT=$(abspath $(BUILD)/tests/integration) tests/static/run.sh
 
 # Talos system extension tree, build/talos-extension/ (manifest.yaml, rootfs/, Containerfile):

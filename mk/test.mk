@@ -3,7 +3,9 @@
 
 ##@ Testing
 
-TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin)
+## TEST_SHARDS=3: GoogleTest shards run at once per test binary (the integration tests mostly wait)
+TEST_SHARDS ?= 3
+TEST_ENV = KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) TEST_SHARDS=$(TEST_SHARDS)
 
 # One marker per make run, in the environment of every process a recipe starts (sub-makes keep
 # the outer one): tests/leftovers.py reports the processes that carry it, or whose executable is
@@ -67,9 +69,13 @@ test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pag
 monitoring: ## promtool checks and unit tests of the alerting rules and the Grafana dashboard
 	tests/monitoring/run.sh
 
-# ASan + UBSan build in its own tree, all tests under it. The binaries are built NPROC at a time
-# first (the suites themselves run one after another).
+# ASan + UBSan build in its own tree: kprism, the stand-in and the unit tests built with them;
+# the integration tests (which only drive those binaries) are the ordinary build's. UBSan stops
+# the process at its first report, so a finding in kprism fails the test that caused it.
 ASAN_MAKE = $(MAKE) BUILD=build/asan SAN=address,undefined OPT=-O1
-asan: ## every test built with ASan + UBSan, in build/asan
-	$(ASAN_MAKE) -j$(NPROC) build/asan/kprism build/asan/kprism-standin build/asan/tests/unit build/asan/tests/integration
-	$(ASAN_MAKE) test
+ASAN_ENV = KPRISM_BIN=$(abspath build/asan/kprism) KPRISM_STANDIN=$(abspath build/asan/kprism-standin) \
+	TEST_SHARDS=$(TEST_SHARDS) UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+asan: $(BUILD)/tests/integration ## every unit and integration test against kprism built with ASan + UBSan, in build/asan
+	$(ASAN_MAKE) -j$(NPROC) build/asan/kprism build/asan/kprism-standin build/asan/tests/unit
+	$(ASAN_ENV) tests/run.sh build/asan/tests/unit $(BUILD)/tests/integration
+	tests/leftovers.py $(abspath build/asan $(BUILD))

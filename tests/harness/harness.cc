@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -31,9 +32,38 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds tim
     }
 }
 
+// The lowest port of the kernel's ephemeral range (ip_local_port_range), or 0 if unreadable.
+static int ephemeral_low() {
+    std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+    int low = 0;
+    return f >> low ? low : 0;
+}
+
+static bool binds(int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+}
+
 int free_port() {
-    // The kernel may hand the same ephemeral port out twice in a row; never repeat one here.
+    // Below the ephemeral range when there is room: a port bind(0) hands out can be taken, before
+    // the server meant to listen on it binds, by the local end of any connect() on the machine
+    // (kprism's probes, a client's next connection). Never the same port twice in one binary.
     static std::set<int> given;
+    static std::mt19937 rng{std::random_device{}()};
+    const int low = ephemeral_low();
+    for (int i = 0; low > 12000 && i < 500; ++i) {
+        int port = std::uniform_int_distribution<int>(10000, low - 1)(rng);
+        if (!given.contains(port) && binds(port)) {
+            given.insert(port);
+            return port;
+        }
+    }
     for (;;) {
         int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         sockaddr_in a{};
@@ -55,8 +85,8 @@ static std::string env_or(const char* name, const char* def) {
 std::string kprism_bin() { return env_or("KPRISM_BIN", "build/kprism"); }
 std::string standin_bin() { return env_or("KPRISM_STANDIN", "build/kprism-standin"); }
 
-// In the child: the environment for execve, with spawn.env over the inherited one. systemd's
-// variables are never inherited (a test run under systemd must not notify it from a child).
+// The environment for execve, with spawn.env over the inherited one. systemd's variables are never
+// inherited (a test run under systemd must not notify it from a child).
 static std::vector<std::string> child_environment(const std::vector<std::string>& extra) {
     auto name = [](std::string_view kv) { return kv.substr(0, kv.find('=')); };
     std::vector<std::string> env;
@@ -66,12 +96,25 @@ static std::vector<std::string> child_environment(const std::vector<std::string>
         for (const auto& x : extra) drop = drop || name(x) == name(kv);
         if (!drop) env.emplace_back(kv);
     }
-    std::string pid = std::to_string(getpid());
-    for (std::string x : extra) {
-        for (size_t at; (at = x.find("{pid}")) != std::string::npos;) x.replace(at, 5, pid);
-        env.push_back(std::move(x));
-    }
+    for (const auto& x : extra) env.push_back(x);
     return env;
+}
+
+// "{pid}" in `tmpl` replaced by `pid`, written into `out` (room for tmpl plus 20 digits per
+// "{pid}"). Runs in the forked child, so it only touches memory allocated before the fork.
+static void put_pid(const std::string& tmpl, pid_t pid, char* out) {
+    char digits[24];
+    int n = 0;
+    for (long v = pid; n == 0 || v > 0; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+    for (size_t i = 0; i < tmpl.size();) {
+        if (tmpl.compare(i, 5, "{pid}") == 0) {
+            for (int k = n - 1; k >= 0; --k) *out++ = digits[k];
+            i += 5;
+        } else {
+            *out++ = tmpl[i++];
+        }
+    }
+    *out = '\0';
 }
 
 Process::Process(std::vector<std::string> argv, Spawn spawn) {
@@ -79,6 +122,28 @@ Process::Process(std::vector<std::string> argv, Spawn spawn) {
     int fd = mkstemp(tmpl);
     if (fd < 0) throw std::runtime_error("mkstemp");
     out_path_ = tmpl;
+    // Everything the child needs is built here: between fork and exec the child may only make
+    // async-signal-safe calls. Another thread of the test (a server's, or the sanitizer's own)
+    // can hold the allocator's lock at the fork, and a child that then allocates never execs.
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    std::vector<std::string> env = child_environment(spawn.env);
+    std::vector<std::vector<char>> with_pid;  // room for the entries naming {pid}
+    std::vector<std::pair<const std::string*, char*>> fill;
+    std::vector<char*> envp;
+    for (auto& e : env) {
+        if (e.find("{pid}") == std::string::npos) {
+            envp.push_back(e.data());
+            continue;
+        }
+        with_pid.emplace_back(e.size() + 20 * (e.size() / 5) + 1);
+        fill.emplace_back(&e, with_pid.back().data());
+        envp.push_back(with_pid.back().data());
+    }
+    envp.push_back(nullptr);
+    const int n = static_cast<int>(spawn.fds.size());
+    std::vector<int> high(spawn.fds.size());
     pid_ = fork();
     if (pid_ == 0) {
         dup2(fd, 1);
@@ -86,19 +151,11 @@ Process::Process(std::vector<std::string> argv, Spawn spawn) {
         int devnull = open("/dev/null", O_RDONLY);
         dup2(devnull, 0);
         // Passed fds go to 3, 4, ...: first copied above that range so that none is overwritten.
-        const int n = static_cast<int>(spawn.fds.size());
-        std::vector<int> high;
-        for (int f : spawn.fds) high.push_back(fcntl(f, F_DUPFD, 3 + n));
+        for (int i = 0; i < n; ++i) high[static_cast<size_t>(i)] = fcntl(spawn.fds[static_cast<size_t>(i)], F_DUPFD, 3 + n);
         for (int i = 0; i < n; ++i) dup2(high[static_cast<size_t>(i)], 3 + i);  // without FD_CLOEXEC
         closefrom(3 + n);  // the child must not inherit the test's listening sockets
         prctl(PR_SET_PDEATHSIG, SIGKILL);  // and must not outlive a crashed test binary
-        std::vector<char*> args;
-        for (auto& a : argv) args.push_back(a.data());
-        args.push_back(nullptr);
-        std::vector<std::string> env = child_environment(spawn.env);
-        std::vector<char*> envp;
-        for (auto& e : env) envp.push_back(e.data());
-        envp.push_back(nullptr);
+        for (auto& [t, out] : fill) put_pid(*t, getpid(), out);
         execve(args[0], args.data(), envp.data());
         _exit(127);
     }

@@ -57,7 +57,9 @@ wait_for() {
     local end=$((SECONDS + $1)); shift
     until "$@"; do [ $SECONDS -lt $end ] || return 1; sleep 0.2; done
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# A port below the ephemeral range (tests/faults/faultlib/procs.py: one from bind(0) can be taken
+# by any connect() before the server binds it).
+free_port() { python3 -c 'import sys; sys.path.insert(0, "tests/faults"); from faultlib.procs import free_port; print(free_port())'; }
 indent() { sed 's/^/#   /'; }
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/kprism-systemd.XXXXXX")
