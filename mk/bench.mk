@@ -20,6 +20,10 @@ $(BUILD)/bench/failover: $(BUILD)/bench/obj/failover.o $(HARNESS_OBJS) $(BUILD)/
 $(BUILD)/bench/probe_cost: $(BUILD)/bench/obj/probe_cost.o $(HARNESS_OBJS) $(BUILD)/libkprism.a
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lpthread
 
+# Storing every connection in systemd's fd store (bench/fdstore_cost.cc, run by bench-restart).
+$(BUILD)/bench/fdstore_cost: $(BUILD)/bench/obj/fdstore_cost.o $(BUILD)/libkprism.a
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 # Google Benchmark micro-benchmarks (bench/micro.cc; libbenchmark-dev). benchmark_main before
 # benchmark: it is a static archive that needs the shared library's symbols.
 $(BUILD)/bench/micro: $(BUILD)/bench/obj/micro.o $(BUILD)/libkprism.a
@@ -114,3 +118,15 @@ bench-deps: ## apt-get install the benchmarks' own packages (haproxy, nginx, wrk
 bench-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what discovery costs: kprism on vs off idle, the apiserver per watch at 1000 watches, 5000 nodes (about 3 min)
 	python3 bench/discovery_cost.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) \
 		--apiserver $(abspath $(BUILD)/kprism-apiserver) --watches $(or $(DISCOVERY_WATCHES),1000)
+
+# Issue 17: restarts under a real systemd (tests/systemd/reload.sh, bench/RESULTS.md "Restarts"):
+# RESTART_WATCHERS (1000) watches through kprism across RESTART_COUNT (10) `systemctl restart`s
+# and as many `dpkg -i` upgrades, then through HAProxy (master-worker) across as many reloads and
+# one restart, new connections timed throughout; then what keeping every connection in the fd
+# store from its start would cost (bench/fdstore_cost.cc at 1000 and 4000 connections, with and
+# without). Root; about 5 minutes plus the package build.
+## RESTART_WATCHERS=1000 RESTART_COUNT=10: watches and restarts of `make bench-restart`
+.PHONY: bench-restart
+bench-restart: deb $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver $(BUILD)/bench/fdstore_cost ## watches across 10 systemd restarts and 10 upgrades of kprism, HAProxy's reloads beside; the fd store's cost per connection (root; about 5 min)
+	BUILD=$(BUILD) KPRISM_INSTALL=deb WATCHERS=$(or $(RESTART_WATCHERS),1000) WATCH_RESTARTS=$(or $(RESTART_COUNT),10) \
+		WATCH_UPGRADES=$(or $(RESTART_COUNT),10) FDSTORE_COST="1000 4000" tests/systemd/reload.sh

@@ -13,7 +13,7 @@ test-shipping: test-systemd test-static test-hardening test-packaging test-image
 # tree (debootstrap, cached in build/systemd-root) booted with systemd-nspawn; start, reload,
 # rejected reloads, socket activation, certificate rotation, stop. Root; skips without
 # debootstrap or systemd-nspawn. About 10 s with the tree cached, 45 s without.
-test-systemd-real: deb $(BUILD)/kprism-standin ## the Debian package under a real systemd as PID 1 in a container: start, reload, rejected reloads, restarts keeping connections, sockets, rotation (root)
+test-systemd-real: deb $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver ## the Debian package under a real systemd as PID 1 in a container: start, reload, rejected reloads, restarts keeping connections and watches, sockets, rotation (root)
 	BUILD=$(BUILD) KPRISM_INSTALL=deb tests/systemd/reload.sh
 
 # The systemd units under systemd-analyze, and the unprivileged certificate copy end to end.

@@ -11,7 +11,11 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <charconv>
+#include <cstdlib>
 
 #include "kprism/address.h"
 
@@ -55,6 +59,38 @@ std::string address_of(int fd, bool peer) {
 
 bool is_handover_name(std::string_view name) {
     return name == kListenerName || name == kConnectionName || name == kStateName;
+}
+
+std::string inherit_value(size_t listeners, size_t sockets, size_t records) {
+    return fmt::format("{},{},{}", listeners, sockets, records);
+}
+
+std::vector<Inherited> inherited_fds(std::string* error) {
+    const char* v = std::getenv(std::string(kInheritEnv).c_str());
+    if (!v) return {};
+    std::string value = v;
+    ::unsetenv(std::string(kInheritEnv).c_str());
+    auto fail = [&](std::string why) {
+        if (error) *error = fmt::format("{}={}: {}", kInheritEnv, value.substr(0, 64), why);
+        return std::vector<Inherited>{};
+    };
+    uint64_t n[3];
+    std::string_view rest = value;
+    for (int i = 0; i < 3; ++i) {
+        size_t comma = i < 2 ? rest.find(',') : rest.size();
+        if (comma == std::string_view::npos || !number(rest.substr(0, comma), n[i])) return fail("not three counts");
+        rest.remove_prefix(std::min(rest.size(), comma + 1));
+    }
+    if (n[0] > 1024 || n[1] > 2 * kMaxEntries || n[2] > 1) return fail("counts out of range");
+    std::vector<Inherited> out;
+    int fd = 3;
+    for (int kind = 0; kind < 3; ++kind)
+        for (uint64_t i = 0; i < n[kind]; ++i, ++fd) {
+            if (::fcntl(fd, F_GETFD) < 0) return fail(fmt::format("descriptor {} is not open", fd));
+            out.push_back({fd, std::string(kind == 0 ? kListenerName : kind == 1 ? kConnectionName : kStateName)});
+        }
+    for (const Inherited& x : out) ::fcntl(x.fd, F_SETFD, FD_CLOEXEC);
+    return out;
 }
 
 std::string serialize(const std::vector<Entry>& entries) {

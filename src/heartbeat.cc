@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// kprism's own liveness: the heartbeat timer, the stall verdict behind /healthz, and the SIGUSR2
+// kprism's own liveness: the heartbeat timer, the stall verdict behind /healthz, and the SIGURG
 // stall test hook.
 #include "kprism/heartbeat.h"
 
@@ -55,9 +55,9 @@ void Heartbeat::start(uv_loop_t* loop) {
     if (hooks && std::strcmp(hooks, "1") == 0) {
         uv_signal_init(loop, &stall_signal_);
         stall_signal_.data = this;
-        uv_signal_start(&stall_signal_, on_stall_signal, SIGUSR2);
+        uv_signal_start(&stall_signal_, on_stall_signal, SIGURG);
         hook_ = true;
-        log::warn("test hooks enabled: SIGUSR2 stalls the event loop", {{"stall_ms", kTestStallMs}});
+        log::warn("test hooks enabled: SIGURG stalls the event loop", {{"stall_ms", kTestStallMs}});
     }
 }
 

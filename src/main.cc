@@ -24,9 +24,9 @@ void print_errors(const std::vector<std::string>& errors) {
     for (const auto& e : errors) fmt::print(stderr, "kprism: {}\n", e);
 }
 
-int run(const Config& cfg, const CommandLine& cl) {
+int run(const Config& cfg, const CommandLine& cl, int argc, char** argv) {
     signal(SIGPIPE, SIG_IGN);
-    signal(SIGUSR2, SIG_IGN);  // a stray SIGUSR2 must not kill the daemon (only the test hook uses it)
+    signal(SIGUSR2, SIG_IGN);  // until the Server handles it (restart in place), it must not kill the daemon
     uv_loop_t loop;
     uv_loop_init(&loop);
     int rc = 0;
@@ -35,6 +35,7 @@ int run(const Config& cfg, const CommandLine& cl) {
         Server server(&loop, cfg, [&cl](Config& next, std::vector<std::string>& errors) {
             return load_config(cl, next, errors);
         });
+        server.set_command_line(argc, argv);
         std::string err;
         if (!server.start(err)) {
             log::error("startup failed", {{"error", err}});
@@ -42,6 +43,7 @@ int run(const Config& cfg, const CommandLine& cl) {
         }
         // On failure this only runs the close callbacks of what start() opened.
         uv_run(&loop, UV_RUN_DEFAULT);
+        if (rc == 0) rc = server.exit_code();
     }
     if (int r = uv_loop_close(&loop); r != 0) log::error("event loop closed with open handles", {{"error", uv_strerror(r)}});
     return rc;
@@ -82,5 +84,5 @@ int main(int argc, char** argv) {
         return 0;
     }
     log::info("kprism starting", {{"version", kVersion}, {"pid", static_cast<int64_t>(getpid())}});
-    return run(cfg, cl);
+    return run(cfg, cl, argc, argv);
 }

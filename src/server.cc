@@ -39,7 +39,7 @@ int open_fds() {
 }  // namespace
 
 // The signals the daemon handles, in the order of signals_.
-constexpr int kSignals[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP};
+constexpr int kSignals[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGUSR2};
 
 Server::Server(uv_loop_t* loop, Config cfg, Loader loader)
     : loop_(loop),
@@ -197,6 +197,7 @@ void Server::on_signal(uv_signal_t* s, int signum) {
     case SIGINT: self->begin_shutdown("SIGINT"); break;
     case SIGUSR1: self->log_stats(); break;
     case SIGHUP: self->reload(); break;
+    case SIGUSR2: self->begin_restart_in_place(); break;
     }
 }
 
@@ -248,6 +249,11 @@ void Server::finish() {
     heartbeat_.close();
     control_.close();
     rebalancer_.close();
+    if (checking_) {  // a restart in place being checked: it will not happen now
+        uv_process_kill(&check_, SIGKILL);
+        uv_close(h(&check_), nullptr);
+        checking_ = false;
+    }
     for (uv_signal_t& sig : signals_)
         if (sig.data && !uv_is_closing(h(&sig))) uv_close(h(&sig), nullptr);
     for (uv_timer_t* t : {&drain_timer_, &sd_.ready_timer, &sd_.watchdog_timer})

@@ -63,7 +63,9 @@ bool read_record(int fd, std::string& out, std::string& error) {
 void Server::begin_handover(const char* why) {
     draining_ = true;
     handover_.active = true;
-    notify::stopping();
+    // In place the PID stays: systemd (if any) sees a reload, ended by the new process's READY=1.
+    if (handover_.in_place) notify::reloading();
+    else notify::stopping();
     for (auto& l : listeners_) {
         uv_os_fd_t fd;
         if (!sd_.socket_activated && l->open && uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) == 0)
@@ -73,7 +75,8 @@ void Server::begin_handover(const char* why) {
     conns_.for_each([this](Connection* c) {
         if (!c->closing() && !c->pause_for_handover()) ++handover_.closed_unconnected;
     });
-    log::info("shutting down: handing connections over to the next process",
+    log::info(handover_.in_place ? "restarting in place: handing connections over to the new executable"
+                                 : "shutting down: handing connections over to the next process",
               {{"signal", why},
                {"connections", static_cast<uint64_t>(conns_.size() - handover_.closed_unconnected)},
                {"closed_not_yet_connected", static_cast<uint64_t>(handover_.closed_unconnected)},
@@ -98,8 +101,10 @@ void Server::finish_handover() {
     uv_timer_stop(&handover_.timer);
     uv_close(reinterpret_cast<uv_handle_t*>(&handover_.timer), nullptr);
     const size_t max = notify::fdstore_max();
-    // Room in the store: the listeners and the record first, then two per connection.
+    // Room in the store: the listeners and the record first, then two per connection, no more
+    // than the next process's LISTEN_FDNAMES can name. In place: as many as the record takes.
     size_t room = max > handover_.listen_fds.size() + 1 ? (max - handover_.listen_fds.size() - 1) / 2 : 0;
+    room = handover_.in_place ? handover::kMaxEntries : std::min(room, handover::kMaxNamedSockets / 2);
     std::vector<handover::Entry> entries;
     std::vector<int> fds;
     size_t unflushed = 0, over_store = 0;
@@ -128,6 +133,13 @@ void Server::finish_handover() {
     int mfd = ::memfd_create("kprism-handover", MFD_CLOEXEC);
     bool ok = mfd >= 0 && write_all(mfd, record);
     std::string error = ok ? "" : fmt::format("memfd: {}", std::strerror(errno));
+    if (ok && handover_.in_place) {
+        exec_in_place(handover_.listen_fds, fds, mfd, entries.size());  // returns only if exec failed
+        exit_code_ = 1;
+        for (Connection* c : stored) c->close("restart in place failed", true, true);
+        finish();
+        return;
+    }
     // The record last: a next process that finds it finds the sockets it names.
     ok = ok && notify::fdstore(handover::kListenerName, handover_.listen_fds.data(), handover_.listen_fds.size()) &&
          notify::fdstore(handover::kConnectionName, fds.data(), fds.size()) &&

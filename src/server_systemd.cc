@@ -30,6 +30,12 @@ bool loopback_allowed(const Config& cfg, int fd, const sockaddr_storage& ss, std
 bool Server::adopt_passed_sockets(std::string& error) {
     std::vector<notify::ListenFd> passed = notify::listen_fds(&error);
     if (!error.empty()) return false;
+    // A restart in place (server_restart.cc): the previous process's descriptors, inherited by exec.
+    for (const handover::Inherited& x : handover::inherited_fds(&error)) passed.push_back({x.fd, x.name});
+    if (!error.empty()) {
+        for (const notify::ListenFd& p : passed) ::close(p.fd);
+        return false;
+    }
     std::string addresses;
     auto fail = [&](size_t i) {
         for (size_t j = i; j < passed.size(); ++j) ::close(passed[j].fd);

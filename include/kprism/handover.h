@@ -19,11 +19,32 @@
 namespace kprism::handover {
 
 // The names under which the descriptors are stored (FDNAME=): listening sockets, connection
-// sockets, and the memfd holding the record.
+// sockets, and the memfd holding the record. The connection sockets' name is short because the
+// next process gets every name in one environment string, LISTEN_FDNAMES="hc:hc:...", and Linux
+// refuses an exec whose single environment string is over MAX_ARG_STRLEN (128 KiB): with
+// "handover-conn" systemd could not start the next kprism past about 9000 stored sockets.
 inline constexpr std::string_view kListenerName = "handover-data";
-inline constexpr std::string_view kConnectionName = "handover-conn";
+inline constexpr std::string_view kConnectionName = "hc";
 inline constexpr std::string_view kStateName = "handover-state";
 bool is_handover_name(std::string_view name);
+
+// The most connection sockets whose names fit in LISTEN_FDNAMES beside a few others.
+inline constexpr size_t kMaxArgStrlen = 32 * 4096;
+inline constexpr size_t kMaxNamedSockets = (kMaxArgStrlen - 1024) / (kConnectionName.size() + 1);
+
+// Restart in place (SIGUSR2, no fd store): the old process moves the descriptors to 3, 4, ...
+// in this order, listeners, connection sockets, the record, and execs the new executable with
+// KPRISM_HANDOVER=<listeners>,<connection sockets>,<records> in its environment.
+inline constexpr std::string_view kInheritEnv = "KPRISM_HANDOVER";
+std::string inherit_value(size_t listeners, size_t sockets, size_t records);
+// In the new process: the descriptors named by $KPRISM_HANDOVER, with their names, marked
+// close-on-exec; the variable is removed. Empty without it; empty with *error set when it is
+// malformed, too large, or names a descriptor that is not open (none is taken then).
+struct Inherited {
+    int fd;
+    std::string name;
+};
+std::vector<Inherited> inherited_fds(std::string* error);
 
 inline constexpr size_t kMaxRecordBytes = 16 << 20;  // 65536 entries of at most ~250 bytes
 inline constexpr size_t kMaxEntries = 65536;

@@ -37,9 +37,9 @@ private:
 // Owned by the Server: start() after the listeners, close() with the other handles. The handles
 // are members, closed without callbacks; the Server frees them after the loop has stopped.
 //
-// Test hook: with KPRISM_TEST_HOOKS=1 in the environment, SIGUSR2 blocks the loop for
+// Test hook: with KPRISM_TEST_HOOKS=1 in the environment, SIGURG blocks the loop for
 // kTestStallMs, so tests can see /healthz report the stall. Never set it in production: without
-// it SIGUSR2 keeps its default action.
+// it SIGURG keeps its default action (ignored).
 class Heartbeat {
 public:
     static constexpr uint64_t kTestStallMs = 7000;

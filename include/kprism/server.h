@@ -112,6 +112,15 @@ public:
     void begin_shutdown(const char* why);
     // Handing the established connections over to the next process (server_handover.cc).
     bool handing_over() const { return handover_.active; }
+    // SIGUSR2: restart in place (server_restart.cc). The executable kprism was started from (as
+    // it is on disk now, so an upgraded binary) is run with `check` and the same flags; if it
+    // accepts the configuration, this process hands everything over to it by exec, keeping its
+    // PID. argv is kept from set_command_line() (main).
+    void set_command_line(int argc, char** argv);
+    void begin_restart_in_place();
+    // What main() returns once the loop has ended: 1 after a restart in place failed past the
+    // point of return, else 0.
+    int exit_code() const { return exit_code_; }
     void log_stats();
 
     // systemd (see server_systemd.cc). The listening socket passed for the admin server
@@ -146,6 +155,7 @@ private:
         std::vector<int> listen_fds;     // duplicates of the listening sockets, kept open meanwhile
         std::vector<notify::ListenFd> passed;  // in: the handover-* descriptors systemd passed
         uv_timer_t timer{};
+        bool in_place = false;           // out by exec (SIGUSR2), not through systemd's store
     };
     void begin_handover(const char* why);
     void finish_handover();
@@ -153,6 +163,10 @@ private:
     // In: a passed listening socket bound to `addr`, or -1 (taken from handover_.passed).
     int take_handover_listener(const sockaddr_storage& addr);
     void resume_handover();
+    // Restart in place (server_restart.cc): the check of the new executable, then the exec.
+    static void on_check_exit(uv_process_t* p, int64_t status, int term_signal);
+    void exec_in_place(const std::vector<int>& listeners, const std::vector<int>& sockets, int record,
+                       size_t connections);
     bool start_listeners(std::string& error);
     bool start_admin(std::string& error);
     void close_all(const char* reason);
@@ -186,12 +200,17 @@ private:
     bool fd_limited_ = false;          // connection_limit_ is below max_connections because of RLIMIT_NOFILE
     int fds_at_start_ = -1;
     LogLimiter reject_log_, accept_error_log_, client_fail_log_;
-    uv_signal_t signals_[4]{};         // kSignals in server.cc
+    uv_signal_t signals_[5]{};         // kSignals in server.cc
     uv_timer_t drain_timer_{};
     bool draining_ = false;
     bool finished_ = false;
     Systemd sd_;
     Handover handover_;
+    std::vector<std::string> argv_;    // the command line (set_command_line)
+    std::string exe_;                  // the executable's path, /proc/self/exe at start
+    uv_process_t check_{};             // `exe_ check ...` before a restart in place
+    bool checking_ = false;
+    int exit_code_ = 0;
     std::unique_ptr<Admin> admin_;  // the admin HTTP endpoint (admin.h); closed by finish()
     Heartbeat heartbeat_;
 };

@@ -387,14 +387,14 @@ TEST(Admin, ConnectionLimit) {
     EXPECT_TRUE(eventually([&] { return get(k.admin_port, "/healthz", "GET", 1000ms).status == 200; }, 3000ms));
 }
 
-// SIGUSR2 with KPRISM_TEST_HOOKS=1 blocks the loop for 7 s. The request sent meanwhile waits in
+// SIGURG with KPRISM_TEST_HOOKS=1 blocks the loop for 7 s. The request sent meanwhile waits in
 // the kernel; its answer, the first after the stall, must say the heartbeat was stale, and a
 // later one that all is well again.
 TEST(Admin, HeartbeatReportsAStalledLoop) {
     Kprism k({dead_endpoint()}, {}, Spawn{{"KPRISM_TEST_HOOKS=1"}, {}});
     ASSERT_TRUE(k.wait_output("test hooks enabled"));
     EXPECT_EQ(get(k.admin_port, "/healthz").status, 200);
-    k.signal(SIGUSR2);
+    k.signal(SIGURG);
     ASSERT_TRUE(k.wait_output("test hook: stalling the event loop", 3000ms));
     auto t0 = Clock::now();
     Reply stalled = get(k.admin_port, "/healthz", "GET", 15000ms);

@@ -11,10 +11,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -179,6 +181,49 @@ std::string pattern(size_t n, size_t seed) {
     return s;
 }
 
+// Each client streams `bytes` in 4 KiB pieces (about 0.3 s for 256 KiB) and reads its echo, each
+// in its own threads; join_and_check() compares every byte.
+class Streams {
+public:
+    Streams(std::vector<std::unique_ptr<Client>>& cs, size_t bytes) : got_(cs.size()) {
+        for (size_t i = 0; i < cs.size(); ++i) {
+            ts_.emplace_back([this, fd = cs[i]->fd, i, bytes] {
+                std::thread reader([this, fd, i, bytes] {
+                    std::string buf(bytes, '\0');
+                    buf.resize(recv_exact(fd, buf.data(), bytes, 20000ms));
+                    got_[i] = std::move(buf);
+                });
+                std::string data = pattern(bytes, i);
+                for (size_t off = 0; off < bytes; off += 4096) {
+                    send_all(fd, data.data() + off, std::min<size_t>(4096, bytes - off));
+                    started_ = true;
+                    std::this_thread::sleep_for(5ms);  // the stream spans the restart
+                }
+                reader.join();
+            });
+        }
+        bytes_ = bytes;
+    }
+    ~Streams() {
+        for (auto& t : ts_)
+            if (t.joinable()) t.join();
+    }
+    bool wait_started() { return eventually([&] { return started_.load(); }); }
+    void join_and_check() {
+        for (auto& t : ts_) t.join();
+        for (size_t i = 0; i < got_.size(); ++i) {
+            EXPECT_EQ(got_[i].size(), bytes_) << "connection " << i;
+            EXPECT_TRUE(got_[i] == pattern(bytes_, i)) << "connection " << i << " corrupted";
+        }
+    }
+
+private:
+    std::vector<std::string> got_;
+    std::vector<std::thread> ts_;
+    std::atomic<bool> started_{false};
+    size_t bytes_ = 0;
+};
+
 // The first kprism: its data port fixed so the second one is configured the same.
 std::unique_ptr<Kprism> first(const TcpServer& up, FdStore& store, int port, std::vector<std::string> extra = {}) {
     return std::make_unique<Kprism>(std::vector<std::string>{up.endpoint()}, std::move(extra),
@@ -208,35 +253,15 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
         cs.push_back(std::make_unique<Client>(port));
         ASSERT_TRUE(cs.back()->echo("hello " + std::to_string(i)));
     }
-    // Each connection streams kBytes in small pieces across the restart, and reads its echo.
-    std::atomic<bool> started{false};
-    std::vector<std::string> got(kConns);
-    std::vector<std::thread> ts;
-    for (size_t i = 0; i < kConns; ++i) {
-        ts.emplace_back([&, i] {
-            const int fd = cs[i]->fd;
-            std::thread reader([&got, fd, i] {
-                std::string buf(kBytes, '\0');
-                buf.resize(recv_exact(fd, buf.data(), kBytes, 20000ms));
-                got[i] = std::move(buf);
-            });
-            std::string data = pattern(kBytes, i);
-            for (size_t off = 0; off < kBytes; off += 4096) {
-                send_all(fd, data.data() + off, std::min<size_t>(4096, kBytes - off));
-                started = true;
-                std::this_thread::sleep_for(5ms);  // the stream spans the restart (about 0.3 s each)
-            }
-            reader.join();
-        });
-    }
-    ASSERT_TRUE(eventually([&] { return started.load(); }));
+    Streams streams(cs, kBytes);
+    ASSERT_TRUE(streams.wait_started());
     k1->signal(SIGTERM);
     EXPECT_EQ(k1->wait(10000ms), 0);
     std::string out1 = k1->output();
     EXPECT_NE(out1.find("handing connections over to the next process"), std::string::npos) << out1;
     EXPECT_NE(out1.find("msg=\"handed over to the next process\" connections=8"), std::string::npos) << out1;
     EXPECT_NE(out1.find("systemd_confirmed=true"), std::string::npos) << out1;
-    EXPECT_EQ(store.count("handover-conn"), 2u * kConns);
+    EXPECT_EQ(store.count("hc"), 2u * kConns);
     EXPECT_EQ(store.count("handover-data"), 1u);
     EXPECT_EQ(store.count("handover-state"), 1u);
     EXPECT_GE(store.barriers(), 1u);
@@ -250,16 +275,11 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
     ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
     EXPECT_TRUE(k2->wait_output("resumed=8 closed_unmatched=0 closed_without_entry=0")) << k2->output();
     EXPECT_NE(k2->output().find("handed_over=true"), std::string::npos) << k2->output();
-    EXPECT_TRUE(eventually([&] { return store.count("handover-conn") == 0 && store.count("handover-data") == 0 &&
+    EXPECT_TRUE(eventually([&] { return store.count("hc") == 0 && store.count("handover-data") == 0 &&
                                         store.count("handover-state") == 0; }))
         << "the second kprism did not remove its descriptors from the store";
-    EXPECT_EQ(store.removes("handover-conn"), 1u);
-    for (auto& t : ts) t.join();
-    for (size_t i = 0; i < kConns; ++i) {
-        EXPECT_EQ(got[i].size(), kBytes) << "connection " << i;
-        EXPECT_TRUE(got[i] == pattern(kBytes, i)) << "connection " << i << " corrupted";
-        EXPECT_TRUE(cs[i]->echo("after " + std::to_string(i))) << i;
-    }
+    EXPECT_EQ(store.removes("hc"), 1u);
+    streams.join_and_check();
     Client waited{-1};
     waited.fd = between;
     EXPECT_TRUE(waited.echo("queued between the processes"));
@@ -336,12 +356,12 @@ TEST(Handover, BadRecordsCloseTheirConnectionsAndNothingElse) {
         ASSERT_TRUE(c.echo("x"));
         k1->signal(SIGTERM);
         ASSERT_EQ(k1->wait(10000ms), 0);
-        ASSERT_EQ(store.count("handover-conn"), 2u);
+        ASSERT_EQ(store.count("hc"), 2u);
         if (!tc.record.empty()) store.replace_record("handover-state", tc.record);
         auto k2 = next({tc.other_upstream ? other.endpoint() : up.endpoint()}, store, port);
         ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
         EXPECT_NE(k2->output().find(tc.log), std::string::npos) << k2->output();
-        EXPECT_TRUE(eventually([&] { return store.count("handover-conn") == 0; }));
+        EXPECT_TRUE(eventually([&] { return store.count("hc") == 0; }));
         int err = -1;
         recv_until_eof(c.fd, &err, 5000ms);  // closed: EOF or a reset, not a hang
         EXPECT_NE(err, ETIMEDOUT);
@@ -367,5 +387,125 @@ TEST(Handover, WithoutAStoreSigtermDrains) {
     c.fd = -1;
     EXPECT_EQ(k.wait(5000ms), 0);
     EXPECT_EQ(k.output().find("handing"), std::string::npos);
-    EXPECT_EQ(store.count("handover-conn"), 0u);
+    EXPECT_EQ(store.count("hc"), 0u);
+}
+
+namespace {
+
+// kprism run from a copy of the binary in a directory of the test's, so that the test can replace
+// the executable the way a package upgrade does (a new file renamed over the path).
+struct OwnBinary {
+    std::filesystem::path dir, exe;
+    OwnBinary() {
+        char tmpl[] = "/tmp/kprism-inplace-XXXXXX";
+        dir = mkdtemp(tmpl);
+        exe = dir / "kprism";
+        std::filesystem::copy_file(kprism_bin(), exe);
+        std::filesystem::permissions(exe, std::filesystem::perms::owner_all);
+    }
+    ~OwnBinary() { std::filesystem::remove_all(dir); }
+    void replace_with_script(const std::string& body) const {
+        auto tmp = dir / "kprism.new";
+        {
+            std::ofstream f(tmp);
+            f << "#!/bin/sh\n" << body << "\n";
+        }
+        std::filesystem::permissions(tmp, std::filesystem::perms::owner_all);
+        std::filesystem::rename(tmp, exe);
+    }
+};
+
+std::unique_ptr<Process> start_own(const OwnBinary& bin, const TcpServer& up, int port) {
+    auto p = std::make_unique<Process>(std::vector<std::string>{
+        bin.exe.string(), "--endpoints", up.endpoint(), "--bind-port", std::to_string(port), "--health-port",
+        std::to_string(free_port())});
+    if (!p->wait_output("msg=started")) throw std::runtime_error("kprism did not start: " + p->output());
+    return p;
+}
+
+}  // namespace
+
+// SIGUSR2 without a store: the executable on disk checks the configuration, then takes every
+// connection over by exec, keeping the PID; not a byte lost, the listener never closed.
+TEST(RestartInPlace, ConnectionsSurviveWithEveryByte) {
+    TcpServer up(TcpServer::echo);
+    OwnBinary bin;
+    const int port = free_port();
+    auto k = start_own(bin, up, port);
+    constexpr size_t kConns = 8;
+    constexpr size_t kBytes = 256 * 1024;
+    std::vector<std::unique_ptr<Client>> cs;
+    for (size_t i = 0; i < kConns; ++i) {
+        cs.push_back(std::make_unique<Client>(port));
+        ASSERT_TRUE(cs.back()->echo("hello " + std::to_string(i)));
+    }
+    Streams streams(cs, kBytes);
+    ASSERT_TRUE(streams.wait_started());
+    k->signal(SIGUSR2);
+    ASSERT_TRUE(k->wait_output("msg=\"resumed connections handed over by the previous process\" resumed=8 "
+                               "closed_unmatched=0",
+                               10000ms))
+        << k->output();
+    streams.join_and_check();
+    std::string out = k->output();
+    EXPECT_NE(out.find("msg=\"restart in place: checking the configuration with the executable\""), std::string::npos);
+    EXPECT_NE(out.find("msg=\"restarting in place: executing the new kprism\" executable=" + bin.exe.string() +
+                       " connections=8 descriptors=18"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("handed_over=true"), std::string::npos) << out;
+    EXPECT_TRUE(k->running()) << "the same process (PID) goes on";
+    size_t starts = 0;
+    for (size_t at = out.find("msg=\"kprism starting\""); at != std::string::npos; at = out.find("msg=\"kprism starting\"", at + 1))
+        ++starts;
+    EXPECT_EQ(starts, 2u);
+    EXPECT_NE(out.find("pid=" + std::to_string(k->pid())), std::string::npos);
+    Client fresh(port);
+    EXPECT_TRUE(fresh.echo("new after the restart"));
+    // A second restart in place from the restarted process, then a normal drain.
+    k->signal(SIGUSR2);
+    ASSERT_TRUE(k->wait_output("resumed=9 closed_unmatched=0", 10000ms)) << k->output();
+    EXPECT_TRUE(fresh.echo("still the same socket"));
+    EXPECT_TRUE(cs[3]->echo("and an old one"));
+    k->signal(SIGTERM);
+    for (auto& c : cs) {
+        ::close(c->fd);
+        c->fd = -1;
+    }
+    ::close(fresh.fd);
+    fresh.fd = -1;
+    EXPECT_EQ(k->wait(10000ms), 0) << k->output();
+}
+
+// The executable on disk is checked first: one that rejects the configuration (here a broken
+// "upgrade") leaves kprism running untouched; a good one is used, as a package upgrade's would be.
+TEST(RestartInPlace, TheNewExecutableIsCheckedFirst) {
+    TcpServer up(TcpServer::echo);
+    OwnBinary bin;
+    const int port = free_port();
+    auto k = start_own(bin, up, port);
+    Client c(port);
+    ASSERT_TRUE(c.echo("before"));
+    bin.replace_with_script("echo 'kprism: a broken build' >&2; exit 1");
+    k->signal(SIGUSR2);
+    ASSERT_TRUE(k->wait_output("msg=\"restart in place refused: kprism keeps running\" reason=\"the executable "
+                               "rejects the configuration"))
+        << k->output();
+    EXPECT_NE(k->output().find("kprism: a broken build"), std::string::npos) << "its errors are in the log";
+    EXPECT_EQ(k->output().find("executing the new kprism"), std::string::npos);
+    EXPECT_TRUE(c.echo("still served by the same process"));
+    EXPECT_TRUE(k->running());
+    // An executable that is gone: refused at once.
+    std::filesystem::remove(bin.exe);
+    k->signal(SIGUSR2);
+    ASSERT_TRUE(k->wait_output("reason=\"cannot execute the executable\"")) << k->output();
+    EXPECT_TRUE(c.echo("and again"));
+    // The upgrade that works: the new executable (here a wrapper around the real one) takes over.
+    bin.replace_with_script("echo upgraded-binary-ran >&2; exec " + std::filesystem::absolute(kprism_bin()).string() +
+                            " \"$@\"");
+    k->signal(SIGUSR2);
+    ASSERT_TRUE(k->wait_output("resumed=1 closed_unmatched=0", 10000ms)) << k->output();
+    EXPECT_NE(k->output().find("upgraded-binary-ran"), std::string::npos);
+    EXPECT_TRUE(c.echo("after the upgrade, same socket"));
+    EXPECT_TRUE(k->running());
 }

@@ -166,7 +166,7 @@ ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
 o req -x509 "${ec[@]}" -keyout "$pki/ca.key" -out "$pki/ca.crt" -days 2 -subj /CN=kprism-systemd-test-ca
 o req "${ec[@]}" -keyout "$pki/srv.key" -out "$pki/srv.csr" -subj /CN=kube-apiserver
 o x509 -req -in "$pki/srv.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 -out "$pki/srv.crt" \
-    -extfile <(printf 'subjectAltName=IP:127.0.0.1,IP:127.0.0.21,IP:127.0.0.22\nextendedKeyUsage=serverAuth\n')
+    -extfile <(printf 'subjectAltName=IP:127.0.0.1,IP:127.0.0.21,IP:127.0.0.22,IP:127.0.0.23\nextendedKeyUsage=serverAuth\n')
 cat "$pki/srv.crt" "$pki/srv.key" > "$pki/srv.pem"
 client() {  # client NAME DAYS: $pki/NAME.pem, a kubelet client certificate and its key in one file
     o req "${ec[@]}" -keyout "$pki/$1.key" -out "$pki/$1.csr" -subj "/O=system:nodes/CN=system:node:test"
@@ -542,6 +542,168 @@ else
     bad "held connections: $held_line"
 fi
 held quit; wait "$HELDC_PID" 2>/dev/null
+
+# ---- Watches across restarts and upgrades; HAProxy's reload and restart beside them. ----
+# WATCHERS watches (default 50; `make bench-restart`: 1000) through kprism to the Go apiserver
+# stand-in (tests/apiserver), an event every 200 ms that each checks for order and payload
+# (watchers.py), across WATCH_RESTARTS (2) `systemctl restart`s and WATCH_UPGRADES (1) `dpkg -i`
+# upgrades, with a new TLS connection every 20 ms timed across each. Then the same through HAProxy
+# in master-worker mode with kubespray's settings: WATCH_RESTARTS reloads (SIGUSR2), one restart.
+WATCHERS=${WATCHERS:-50} WATCH_RESTARTS=${WATCH_RESTARTS:-2} WATCH_UPGRADES=${WATCH_UPGRADES:-1}
+APISERVER=$(realpath -m "$BUILD/kprism-apiserver")
+watch_line=''
+wcmd() {  # wcmd CMD: send CMD to the watchers, their answer in $watch_line
+    echo "$1" >&"${WATCHC[1]}" && read -r -t 60 watch_line <&"${WATCHC[0]}"
+}
+# timed CMD...: run CMD with a new connection every 20 ms timed across it, then check the watches;
+# $took_ms, $probe_line and $watch_line afterwards.
+timed() {
+    local t0
+    wcmd probe; t0=$(date +%s%N)
+    "$@" >"$T/timed.log" 2>&1 || { indent <"$T/timed.log" | tail -5; bad "$*: failed"; }
+    took_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    sleep 0.5  # the probes of the next half second: new connections once it is done
+    wcmd probed; probe_line=$watch_line
+    wcmd check
+}
+kp_summary=''
+if [ "$WATCHERS" = 0 ]; then
+    note "watches: WATCHERS=0, skipped"
+elif [ ! -x "$APISERVER" ]; then
+    bad "watches: $APISERVER is missing (make $BUILD/kprism-apiserver)"
+else
+    "$APISERVER" store --listen "unix:$T/kas.sock" >"$T/kas-store.log" 2>&1 9>&- &
+    standins+=($!)
+    wait_for 5 grep -q 'event=store-listening' "$T/kas-store.log" || bad "apiserver store: $(cat "$T/kas-store.log")"
+    "$APISERVER" serve --store "unix:$T/kas.sock" --tls-cert-file "$pki/srv.crt" --tls-private-key-file "$pki/srv.key" \
+        --client-ca-file "$pki/ca.crt" --bind-address 127.0.0.23 --secure-port 0 --name kas \
+        --control-address "127.0.0.1:$(free_port)" >"$T/kas.log" 2>&1 9>&- &
+    standins+=($!)
+    wait_for 5 grep -q 'event=listening' "$T/kas.log" || bad "apiserver: $(cat "$T/kas.log")"
+    kas=$(sed -n 's/.*event=listening address=\([^ ]*\) .*/\1/p' "$T/kas.log" | head -1)
+    write_config "\"$kas\""
+    C systemctl reload kprism.service >/dev/null 2>&1 && wait_for 10 ups 1 \
+        || bad "watches: kprism did not switch to the apiserver stand-in $kas"
+    coproc WATCHC { exec python3 tests/systemd/watchers.py "$DPORT" "$WATCHERS" "$pki/ca.crt" "$pki/client1.crt" \
+        "$pki/client1.key" "$kas" 2>>"$T/watchers.log"; }
+    read -r -t 120 watch_line <&"${WATCHC[0]}"
+    if [ "$watch_line" = "open $WATCHERS" ]; then
+        ok "$WATCHERS watches through kprism to the apiserver stand-in $kas"
+        wcmd check
+        note "before: $watch_line"
+        worst=0 walls='' waits='' fails=0 pn=0
+        for kind in restart upgrade; do
+            count=$WATCH_RESTARTS; [ $kind = upgrade ] && count=$WATCH_UPGRADES
+            [ $kind = upgrade ] && [ "$how" != deb ] && { note "upgrades: kprism not installed from the package"; continue; }
+            for i in $(seq 1 "$count"); do
+                pid0=$(prop MainPID)
+                if [ $kind = restart ]; then timed C systemctl restart kprism.service
+                else timed C dpkg -i /root/kprism.deb; fi
+                pw=$(sed -n 's/.* max_ms=\([0-9.]*\).*/\1/p' <<<"$probe_line")
+                pf=$(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$probe_line")
+                pn=$((pn + $(sed -n 's/^probed n=\([0-9]*\).*/\1/p' <<<"$probe_line")))
+                fails=$((fails + ${pf:-1})); waits+=" ${pw:-?}"; walls+=" $took_ms"
+                if [[ $watch_line == "check open=$WATCHERS ended=0 lost=0 duplicated=0 corrupted=0 behind=0 "* ]] \
+                        && [ "$(prop MainPID)" != "$pid0" ] && [ "${pf:-1}" = 0 ]; then
+                    ok "watches: $kind $i ($took_ms ms, MainPID $pid0 -> $(prop MainPID)): $watch_line; new connections: $probe_line"
+                else
+                    bad "watches: $kind $i ($took_ms ms, MainPID $pid0 -> $(prop MainPID)): $watch_line; new connections: $probe_line"
+                fi
+            done
+        done
+        kp_summary="kprism: $watch_line; $pn new connections during the restarts and upgrades, $fails failed, the slowest of each (ms):$waits; restart/upgrade took (ms):$walls"
+        note "$kp_summary"
+    else
+        bad "watches through kprism: $watch_line $(tail -3 "$T/watchers.log")"
+    fi
+    wcmd quit; wait "$WATCHC_PID" 2>/dev/null
+
+    # HAProxy beside it, as kubespray runs it (roles/kubernetes/node/templates/loadbalancer/
+    # haproxy.cfg.j2: mode tcp, leastconn, an HTTPS /healthz check), in master-worker mode: the
+    # reload is SIGUSR2 to the master (Debian's haproxy.service ExecReload), the restart a new master.
+    # One change: maxconn 4000 per server, not 1000, as this test has one apiserver, not three.
+    if command -v haproxy >/dev/null; then
+        HPORT=$(free_port)
+        cat >"$T/haproxy.cfg" <<HCFG
+global
+    maxconn 4000
+defaults
+    mode tcp
+    timeout connect 30s
+    timeout client 5m
+    timeout server 15m
+    timeout check 30s
+frontend kube_api_frontend
+    bind 127.0.0.1:$HPORT
+    default_backend kube_api_backend
+backend kube_api_backend
+    balance leastconn
+    default-server inter 15s downinter 15s rise 2 fall 2 slowstart 60s maxconn 4000 maxqueue 256 weight 100
+    option httpchk GET /healthz
+    http-check expect status 200
+    server kas $kas check check-ssl verify none
+HCFG
+        haproxy_start() {
+            haproxy -W -f "$T/haproxy.cfg" >>"$T/haproxy.log" 2>&1 9>&- &
+            HAPROXY_PID=$!; standins+=($!)
+            wait_for 10 curl -s -m 2 --cacert "$pki/ca.crt" --cert "$pki/client1.crt" --key "$pki/client1.key" \
+                "https://127.0.0.1:$HPORT/version" -o /dev/null
+        }
+        workers() { pgrep -P "$HAPROXY_PID" | wc -l; }
+        workers_rss() { local k=0 p; for p in $(pgrep -P "$HAPROXY_PID"); do
+            k=$((k + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo "$k"; }
+        haproxy_start || bad "haproxy did not start: $(tail -3 "$T/haproxy.log")"
+        coproc WATCHC { exec python3 tests/systemd/watchers.py "$HPORT" "$WATCHERS" "$pki/ca.crt" "$pki/client1.crt" \
+            "$pki/client1.key" "$kas" 2>>"$T/watchers.log"; }
+        read -r -t 120 watch_line <&"${WATCHC[0]}"
+        if [ "$watch_line" = "open $WATCHERS" ]; then
+            hwaits='' hfails=0 hn=0
+            workers_at_least() { [ "$(workers)" -ge "$1" ]; }
+            hreload() { kill -USR2 "$HAPROXY_PID"; wait_for 10 workers_at_least "$1"; }
+            for i in $(seq 1 "$WATCH_RESTARTS"); do
+                timed hreload $((i + 1))
+                hwaits+=" $(sed -n 's/.* max_ms=\([0-9.]*\).*/\1/p' <<<"$probe_line")"
+                hfails=$((hfails + $(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$probe_line")))
+                hn=$((hn + $(sed -n 's/^probed n=\([0-9]*\).*/\1/p' <<<"$probe_line")))
+                note "haproxy reload $i: $watch_line; new connections: $probe_line; $(workers) worker processes, $(workers_rss) KiB"
+            done
+            note "haproxy after $WATCH_RESTARTS reloads: $watch_line; $hn new connections, $hfails failed, the slowest of each (ms):$hwaits; $(workers) worker processes (the old ones keep their watches), $(workers_rss) KiB RSS"
+            hrestart() { kill -TERM "$HAPROXY_PID"; wait "$HAPROXY_PID" 2>/dev/null; haproxy_start; }
+            timed hrestart
+            note "haproxy restart (a new master, as a package upgrade or kubespray's static pod does): $watch_line; new connections: $probe_line"
+            [[ $watch_line == "check open=0 ended=$WATCHERS "* ]] && ok "haproxy's restart ends every watch ($watch_line); kprism's kept them" \
+                || bad "haproxy restart: $watch_line"
+        else
+            bad "watches through haproxy: $watch_line $(tail -3 "$T/watchers.log")"
+        fi
+        wcmd quit; wait "$WATCHC_PID" 2>/dev/null
+        kill -TERM "$HAPROXY_PID" 2>/dev/null; wait "$HAPROXY_PID" 2>/dev/null
+    else
+        note "haproxy not installed: no anchor"
+    fi
+    write_config "\"$standin_b\", \"$standin_a\""
+    C systemctl reload kprism.service >/dev/null 2>&1 && wait_for 10 ups 2 || bad "watches: kprism did not return to the stand-ins"
+fi
+
+# ---- What storing every connection at its start would cost (bench/fdstore_cost.cc). ----
+# FDSTORE_COST="N ..." (unset: skipped; `make bench-restart`: "1000 4000"): for each N, N
+# connections opened and closed by a transient service, without and with each one's two sockets
+# put in the store (and removed at its close); systemd's CPU and memory read from /proc/1.
+if [ -n "${FDSTORE_COST:-}" ]; then
+    if [ -x "$BUILD/bench/fdstore_cost" ]; then
+        install -D -m 0755 "$BUILD/bench/fdstore_cost" "$ROOT/usr/local/bin/fdstore_cost"
+        for n in $FDSTORE_COST; do
+            for store in "" --store; do
+                out=$(C systemd-run --wait --pipe --quiet -p FileDescriptorStoreMax=20480 -p NotifyAccess=main \
+                    -p LimitNOFILE=65536 -E FDSTORE=20480 /usr/local/bin/fdstore_cost --count "$n" $store 2>&1)
+                grep -q 'phase=close' <<<"$out" || bad "fdstore_cost --count $n $store: $out"
+                grep '^fdstore-cost' <<<"$out" | while read -r l; do note "$l"; done
+            done
+        done
+    else
+        bad "FDSTORE_COST: $BUILD/bench/fdstore_cost is missing (make $BUILD/bench/fdstore_cost)"
+    fi
+fi
 
 # ---- Crashes: Restart=always after SIGKILL; the watchdog restarts a stopped event loop. ----
 nr() { prop NRestarts; }

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -119,7 +121,7 @@ TEST(Handover, MoreEntriesThanTheBoundAreRefused) {
 
 TEST(Handover, NamesAndSocketAddresses) {
     EXPECT_TRUE(handover::is_handover_name("handover-data"));
-    EXPECT_TRUE(handover::is_handover_name("handover-conn"));
+    EXPECT_TRUE(handover::is_handover_name("hc"));
     EXPECT_TRUE(handover::is_handover_name("handover-state"));
     EXPECT_FALSE(handover::is_handover_name("data"));
     EXPECT_FALSE(handover::is_handover_name("handover-"));
@@ -145,4 +147,52 @@ TEST(Handover, NamesAndSocketAddresses) {
     ::close(s);
     ::close(c);
     ::close(l);
+}
+
+// What a restart in place leaves in the new process's environment: three counts, the descriptors
+// from 3 up; anything else is refused whole, and the variable never survives the call.
+TEST(HandoverInherit, CountsAndDescriptors) {
+    std::string err;
+    ::unsetenv("KPRISM_HANDOVER");
+    EXPECT_TRUE(handover::inherited_fds(&err).empty());
+    EXPECT_EQ(err, "");
+    EXPECT_EQ(handover::inherit_value(1, 2, 1), "1,2,1");
+    for (const char* bad : {"", "1,2", "1,2,3,4", "a,1,1", "1,,1", "-1,0,1", "0,0,2", "2000,0,1", "0,200000,1", "1, 2,1"}) {
+        ::setenv("KPRISM_HANDOVER", bad, 1);
+        err.clear();
+        EXPECT_TRUE(handover::inherited_fds(&err).empty()) << bad;
+        EXPECT_NE(err, "") << bad;
+        EXPECT_EQ(std::getenv("KPRISM_HANDOVER"), nullptr) << bad;
+    }
+    // Descriptors 3, 4 and 5 as a listener, a connection socket and the record, if this test
+    // process has them free.
+    for (int fd : {3, 4, 5})
+        if (::fcntl(fd, F_GETFD) >= 0) GTEST_SKIP() << "descriptor " << fd << " is in use here";
+    ::setenv("KPRISM_HANDOVER", "1,1,1", 1);
+    err.clear();
+    EXPECT_TRUE(handover::inherited_fds(&err).empty()) << "3, 4, 5 are not open yet";
+    EXPECT_NE(err.find("descriptor 3 is not open"), std::string::npos) << err;
+    for (int fd : {3, 4, 5}) ASSERT_EQ(::dup2(1, fd), fd);
+    ::setenv("KPRISM_HANDOVER", "1,1,1", 1);
+    err.clear();
+    auto got = handover::inherited_fds(&err);
+    EXPECT_EQ(err, "");
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].fd, 3);
+    EXPECT_EQ(got[0].name, "handover-data");
+    EXPECT_EQ(got[1].fd, 4);
+    EXPECT_EQ(got[1].name, "hc");
+    EXPECT_EQ(got[2].fd, 5);
+    EXPECT_EQ(got[2].name, "handover-state");
+    for (int fd : {3, 4, 5}) {
+        EXPECT_EQ(::fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC) << fd;
+        ::close(fd);
+    }
+}
+
+// systemd hands the next process every stored name in one LISTEN_FDNAMES string, which an exec
+// refuses past 128 KiB: the store is never filled with more connection sockets than it can name.
+TEST(HandoverInherit, NamesFitOneEnvironmentString) {
+    static_assert(handover::kMaxNamedSockets * (handover::kConnectionName.size() + 1) + 1024 <= handover::kMaxArgStrlen);
+    EXPECT_GE(handover::kMaxNamedSockets, 20480u) << "kprism.service's FileDescriptorStoreMax";
 }
