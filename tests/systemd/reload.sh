@@ -552,8 +552,9 @@ held quit; wait "$HELDC_PID" 2>/dev/null
 WATCHERS=${WATCHERS:-50} WATCH_RESTARTS=${WATCH_RESTARTS:-2} WATCH_UPGRADES=${WATCH_UPGRADES:-1}
 APISERVER=$(realpath -m "$BUILD/kprism-apiserver")
 watch_line=''
-wcmd() {  # wcmd CMD: send CMD to the watchers, their answer in $watch_line
-    echo "$1" >&"${WATCHC[1]}" && read -r -t 60 watch_line <&"${WATCHC[0]}"
+wcmd() {  # wcmd CMD: send CMD to the watchers, their answer in $watch_line (none once they exited)
+    watch_line='(watchers.py exited)'
+    [ -n "${WATCHC[1]:-}" ] && echo "$1" >&"${WATCHC[1]}" && read -r -t 60 watch_line <&"${WATCHC[0]}"
 }
 # timed CMD...: run CMD with a new connection every 20 ms timed across it, then check the watches;
 # $took_ms, $probe_line and $watch_line afterwards.
@@ -572,11 +573,12 @@ if [ "$WATCHERS" = 0 ]; then
 elif [ ! -x "$APISERVER" ]; then
     bad "watches: $APISERVER is missing (make $BUILD/kprism-apiserver)"
 else
+    : >"$T/kas-store.log"; : >"$T/kas.log"
     "$APISERVER" store --listen "unix:$T/kas.sock" >"$T/kas-store.log" 2>&1 9>&- &
     standins+=($!)
     wait_for 5 grep -q 'event=store-listening' "$T/kas-store.log" || bad "apiserver store: $(cat "$T/kas-store.log")"
     "$APISERVER" serve --store "unix:$T/kas.sock" --tls-cert-file "$pki/srv.crt" --tls-private-key-file "$pki/srv.key" \
-        --client-ca-file "$pki/ca.crt" --bind-address 127.0.0.23 --secure-port 0 --name kas \
+        --client-ca-file "$pki/ca.crt" --bind-address 127.0.0.23 --secure-port 0 --name kas --anonymous-auth \
         --control-address "127.0.0.1:$(free_port)" >"$T/kas.log" 2>&1 9>&- &
     standins+=($!)
     wait_for 5 grep -q 'event=listening' "$T/kas.log" || bad "apiserver: $(cat "$T/kas.log")"
@@ -621,7 +623,8 @@ else
     # HAProxy beside it, as kubespray runs it (roles/kubernetes/node/templates/loadbalancer/
     # haproxy.cfg.j2: mode tcp, leastconn, an HTTPS /healthz check), in master-worker mode: the
     # reload is SIGUSR2 to the master (Debian's haproxy.service ExecReload), the restart a new master.
-    # One change: maxconn 4000 per server, not 1000, as this test has one apiserver, not three.
+    # One change: maxconn 4000 per server, not 1000, as this test has one apiserver, not three. The
+    # stand-in runs with --anonymous-auth, kube-apiserver's default, which that check needs.
     if command -v haproxy >/dev/null; then
         HPORT=$(free_port)
         cat >"$T/haproxy.cfg" <<HCFG
@@ -658,10 +661,13 @@ HCFG
         read -r -t 120 watch_line <&"${WATCHC[0]}"
         if [ "$watch_line" = "open $WATCHERS" ]; then
             hwaits='' hfails=0 hn=0
-            workers_at_least() { [ "$(workers)" -ge "$1" ]; }
-            hreload() { kill -USR2 "$HAPROXY_PID"; wait_for 10 workers_at_least "$1"; }
+            new_worker() { pgrep -P "$HAPROXY_PID" | grep -qvxF -f "$T/haproxy.workers"; }
+            hreload() {  # SIGUSR2, then a worker that was not there before
+                pgrep -P "$HAPROXY_PID" >"$T/haproxy.workers"
+                kill -USR2 "$HAPROXY_PID" && wait_for 10 new_worker
+            }
             for i in $(seq 1 "$WATCH_RESTARTS"); do
-                timed hreload $((i + 1))
+                timed hreload
                 hwaits+=" $(sed -n 's/.* max_ms=\([0-9.]*\).*/\1/p' <<<"$probe_line")"
                 hfails=$((hfails + $(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$probe_line")))
                 hn=$((hn + $(sed -n 's/^probed n=\([0-9]*\).*/\1/p' <<<"$probe_line")))
@@ -694,10 +700,21 @@ if [ -n "${FDSTORE_COST:-}" ]; then
         install -D -m 0755 "$BUILD/bench/fdstore_cost" "$ROOT/usr/local/bin/fdstore_cost"
         for n in $FDSTORE_COST; do
             for store in "" --store; do
-                out=$(C systemd-run --wait --pipe --quiet -p FileDescriptorStoreMax=20480 -p NotifyAccess=main \
-                    -p LimitNOFILE=65536 -E FDSTORE=20480 /usr/local/bin/fdstore_cost --count "$n" $store 2>&1)
+                cat >"$ROOT/etc/systemd/system/fdstore-cost.service" <<UNIT
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/fdstore_cost --count $n $store
+FileDescriptorStoreMax=20480
+Environment=FDSTORE=20480
+NotifyAccess=main
+LimitNOFILE=65536
+UNIT
+                C systemctl daemon-reload
+                cc=$(C journalctl -u fdstore-cost.service -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p')
+                C systemctl start fdstore-cost.service >"$T/fdcost.log" 2>&1 || bad "fdstore_cost --count $n $store: $(cat "$T/fdcost.log")"
+                out=$(C journalctl -u fdstore-cost.service ${cc:+--after-cursor="$cc"} --no-pager -o cat)
                 grep -q 'phase=close' <<<"$out" || bad "fdstore_cost --count $n $store: $out"
-                grep '^fdstore-cost' <<<"$out" | while read -r l; do note "$l"; done
+                grep '^fdstore-cost phase=' <<<"$out" | while read -r l; do note "$l"; done
             done
         done
     else

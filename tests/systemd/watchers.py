@@ -5,9 +5,9 @@
 Usage: watchers.py PORT N CA CERT KEY DIRECT
 Opens N watches of the ConfigMaps in namespace default (`?watch=1&resourceVersion=R`, R from one
 list) over TLS with the client certificate to 127.0.0.1:PORT (kprism, or HAProxy beside it).
-A writer creates ConfigMap tick-1, tick-2, ... every TICK_MS (200) ms on the apiserver itself at
+A writer creates ConfigMap tickP-1, tickP-2, ... (P: this process's pid) every TICK_MS (200) ms on the apiserver itself at
 DIRECT (HOST:PORT, not through the balancer); each carries a payload derived from its number.
-Every watch checks that its ADDED events are tick-1, tick-2, ... in order with the payload intact.
+Every watch checks that its ADDED events are tickP-1, tickP-2, ... in order with the payload intact.
 A watch that ends is never reopened, so the counts are of the original connections.
 Commands on stdin, one per line, each answered with one line:
   check   waits (at most 20 s) until every open watch has seen the last tick created, then
@@ -30,6 +30,7 @@ import time
 
 NS = "default"
 TICK_MS = int(os.environ.get("TICK_MS", "200"))
+PREFIX = f"tick{os.getpid()}-"  # one run's objects: another run against the same store has its own
 
 
 def payload(k):
@@ -67,6 +68,8 @@ async def request(host, port, ctx, method, path, body=None):
         code, headers = await read_headers(reader)
         if "content-length" in headers:
             rest = await reader.readexactly(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            rest = b"".join([c async for c in chunks(reader)])
         else:
             rest = await reader.read()
         return code, rest
@@ -101,9 +104,9 @@ async def run_watch(w, reader):
                 except (ValueError, KeyError, TypeError):
                     w.corrupted += 1
                     continue
-                if ev.get("type") != "ADDED" or not name.startswith("tick-"):
+                if ev.get("type") != "ADDED" or not name.startswith(PREFIX):
                     continue
-                k = int(name[5:])
+                k = int(name[len(PREFIX):])
                 if obj.get("data", {}).get("payload") != payload(k):
                     w.corrupted += 1
                 if k == w.last + 1:
@@ -179,7 +182,7 @@ async def main():
         nonlocal ticks
         while True:
             k = ticks + 1
-            obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"tick-{k}", "namespace": NS},
+            obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{PREFIX}{k}", "namespace": NS},
                    "data": {"payload": payload(k)}}
             try:
                 c, b = await request(dhost, int(dport), ctx, "POST", f"/api/v1/namespaces/{NS}/configmaps", obj)
