@@ -16,6 +16,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include "kprism/address.h"
 
@@ -61,8 +62,81 @@ bool is_handover_name(std::string_view name) {
     return name == kListenerName || name == kConnectionName || name == kStateName;
 }
 
-std::string inherit_value(size_t listeners, size_t sockets, size_t records) {
-    return fmt::format("{},{},{}", listeners, sockets, records);
+int pack_fds(const std::vector<int>& fds, size_t& sent, std::string& error) {
+    sent = 0;
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        error = fmt::format("socketpair: {}", std::strerror(errno));
+        return -1;
+    }
+    ::fcntl(sv[0], F_SETFL, O_NONBLOCK);  // a full buffer is an error, never a hang
+    for (size_t off = 0; off < fds.size();) {
+        const size_t n = std::min(kFdsPerMessage, fds.size() - off);
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kFdsPerMessage)] = {};
+        char byte = 'f';
+        iovec iov{&byte, 1};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctl;
+        mh.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+        cmsghdr* c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+        std::memcpy(CMSG_DATA(c), fds.data() + off, sizeof(int) * n);
+        ssize_t r = ::sendmsg(sv[0], &mh, MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR) continue;
+        if (r != 1) {
+            error = fmt::format("sendmsg: {}", r < 0 ? std::strerror(errno) : "short");
+            break;
+        }
+        off += n;
+        sent = off;
+    }
+    ::close(sv[0]);
+    if (sent == 0 && !fds.empty()) {
+        ::close(sv[1]);
+        return -1;
+    }
+    return sv[1];
+}
+
+std::vector<int> unpack_fds(int carrier, bool& truncated) {
+    truncated = false;
+    std::vector<int> out;
+    int domain = 0;
+    socklen_t len = sizeof domain;
+    if (::getsockopt(carrier, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX)
+        return out;  // not a carrier: nothing is read from it (a stray TCP socket keeps its bytes)
+    for (;;) {
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * (kFdsPerMessage + 3))];
+        char byte;
+        iovec iov{&byte, 1};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = ctl;
+        mh.msg_controllen = sizeof ctl;
+        ssize_t r = ::recvmsg(carrier, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;  // the end of the queue (EAGAIN) or of the stream
+        if (mh.msg_flags & MSG_CTRUNC) truncated = true;
+        for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+            size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; ++i) {
+                int fd;
+                std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+                out.push_back(fd);
+            }
+        }
+    }
+    return out;
+}
+
+std::string inherit_value(size_t listeners, size_t carriers, size_t records) {
+    return fmt::format("{},{},{}", listeners, carriers, records);
 }
 
 std::vector<Inherited> inherited_fds(std::string* error) {
@@ -81,7 +155,7 @@ std::vector<Inherited> inherited_fds(std::string* error) {
         if (comma == std::string_view::npos || !number(rest.substr(0, comma), n[i])) return fail("not three counts");
         rest.remove_prefix(std::min(rest.size(), comma + 1));
     }
-    if (n[0] > 1024 || n[1] > 2 * kMaxEntries || n[2] > 1) return fail("counts out of range");
+    if (n[0] > 1024 || n[1] > 1 || n[2] > 1) return fail("counts out of range");
     std::vector<Inherited> out;
     int fd = 3;
     for (int kind = 0; kind < 3; ++kind)

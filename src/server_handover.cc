@@ -100,24 +100,16 @@ void Server::on_handover_timer(uv_timer_t* t) {
 void Server::finish_handover() {
     uv_timer_stop(&handover_.timer);
     uv_close(reinterpret_cast<uv_handle_t*>(&handover_.timer), nullptr);
-    const size_t max = notify::fdstore_max();
-    // Room in the store: the listeners and the record first, then two per connection, no more
-    // than the next process's LISTEN_FDNAMES can name. In place: as many as the record takes.
-    size_t room = max > handover_.listen_fds.size() + 1 ? (max - handover_.listen_fds.size() - 1) / 2 : 0;
-    room = handover_.in_place ? handover::kMaxEntries : std::min(room, handover::kMaxNamedSockets / 2);
     std::vector<handover::Entry> entries;
     std::vector<int> fds;
-    size_t unflushed = 0, over_store = 0;
+    size_t unflushed = 0, not_passed = 0;
     std::vector<Connection*> stored, dropped;
     conns_.for_each([&](Connection* c) {
         if (c->closing()) return;
         handover::Entry e;
         int cf = -1, uf = -1;
-        if (!c->handover_entry(e, cf, uf)) {
+        if (!c->handover_entry(e, cf, uf) || entries.size() >= handover::kMaxEntries) {
             ++unflushed;
-            dropped.push_back(c);
-        } else if (entries.size() >= room) {
-            ++over_store;
             dropped.push_back(c);
         } else {
             entries.push_back(std::move(e));
@@ -126,27 +118,50 @@ void Server::finish_handover() {
             stored.push_back(c);
         }
     });
+    // The connection sockets travel queued inside one AF_UNIX socket, and under systemd only that
+    // one goes into the store: systemd 252 compares every descriptor it stores with each one it
+    // holds, which made 2000 sockets cost it 3.3 s of CPU (bench/RESULTS.md, "Restarts").
+    // So does a restart in place: one descriptor to pass however many connections there are.
+    int carrier = -1;
+    std::string error;
+    {
+        size_t sent = 0;
+        carrier = handover::pack_fds(fds, sent, error);
+        sent = carrier >= 0 ? sent / 2 : 0;
+        for (size_t i = sent; i < stored.size(); ++i) dropped.push_back(stored[i]);
+        not_passed = stored.size() - sent;
+        stored.resize(sent);
+        entries.resize(sent);
+        if (!error.empty())
+            log::warn("handover: not every connection could be passed on; those are reset",
+                      {{"passed", static_cast<uint64_t>(sent)}, {"reset", static_cast<uint64_t>(not_passed)},
+                       {"error", error}});
+        error.clear();
+    }
     // Reset: their queued bytes were never written, so the peers must not take the end for a FIN.
     for (Connection* c : dropped) c->close("handover: not handed over", true, true);
 
     std::string record = handover::serialize(entries);
     int mfd = ::memfd_create("kprism-handover", MFD_CLOEXEC);
-    bool ok = mfd >= 0 && write_all(mfd, record);
-    std::string error = ok ? "" : fmt::format("memfd: {}", std::strerror(errno));
+    bool ok = mfd >= 0 && write_all(mfd, record) && (carrier >= 0 || entries.empty());
+    if (!ok) error = mfd < 0 || carrier >= 0 ? fmt::format("memfd: {}", std::strerror(errno)) : "no socket to pass them";
     if (ok && handover_.in_place) {
-        exec_in_place(handover_.listen_fds, fds, mfd, entries.size());  // returns only if exec failed
+        exec_in_place(handover_.listen_fds, carrier, mfd, entries.size());  // returns only if exec failed
         exit_code_ = 1;
         for (Connection* c : stored) c->close("restart in place failed", true, true);
+        if (carrier >= 0) ::close(carrier);
+        ::close(mfd);
         finish();
         return;
     }
     // The record last: a next process that finds it finds the sockets it names.
     ok = ok && notify::fdstore(handover::kListenerName, handover_.listen_fds.data(), handover_.listen_fds.size()) &&
-         notify::fdstore(handover::kConnectionName, fds.data(), fds.size()) &&
+         (carrier < 0 || notify::fdstore(handover::kConnectionName, &carrier, 1)) &&
          notify::fdstore(handover::kStateName, &mfd, 1);
     if (!ok && error.empty()) error = "sending to systemd's notify socket failed";
     bool barrier = ok && notify::barrier(kBarrierTimeoutMs);
     if (mfd >= 0) ::close(mfd);
+    if (carrier >= 0) ::close(carrier);
     for (int fd : handover_.listen_fds) ::close(fd);
     handover_.listen_fds.clear();
     // Our copies only: systemd holds the sockets until the next process takes them.
@@ -155,7 +170,7 @@ void Server::finish_handover() {
         log::info("handed over to the next process",
                   {{"connections", static_cast<uint64_t>(entries.size())},
                    {"reset_unflushed", static_cast<uint64_t>(unflushed)},
-                   {"reset_over_fdstore_max", static_cast<uint64_t>(over_store)},
+                   {"reset_not_passed", static_cast<uint64_t>(not_passed)},
                    {"record_bytes", static_cast<uint64_t>(record.size())},
                    {"systemd_confirmed", barrier}});
     else
@@ -194,9 +209,16 @@ void Server::resume_handover() {
         } else if (p.name == handover::kListenerName) {
             ++unused_listeners;  // not (or no longer) a configured address
             ::close(p.fd);
-        } else {
-            std::string key = handover::local_address(p.fd) + " " + handover::peer_address(p.fd);
-            if (key.size() < 4 || !socks.emplace(std::move(key), p.fd).second) ::close(p.fd);
+        } else {  // the AF_UNIX socket carrying the connection sockets
+            bool truncated = false;
+            for (int fd : handover::unpack_fds(p.fd, truncated)) {
+                std::string key = handover::local_address(fd) + " " + handover::peer_address(fd);
+                if (key.size() < 4 || !socks.emplace(std::move(key), fd).second) ::close(fd);
+            }
+            ::close(p.fd);
+            if (truncated)
+                log::warn("handover: some connection sockets could not be received (RLIMIT_NOFILE?); their "
+                          "connections are closed");
         }
     }
     std::vector<handover::Entry> entries;

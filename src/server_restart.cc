@@ -82,14 +82,13 @@ void Server::on_check_exit(uv_process_t* p, int64_t status, int term_signal) {
     self->begin_handover("SIGUSR2");
 }
 
-// The descriptors go to 3, 4, ... (listeners, connection sockets, the record) without
+// The descriptors go to 3, 4, ... (listeners, the carrier of the connection sockets, the record) without
 // close-on-exec, the counts in KPRISM_HANDOVER; the new process finds them with
 // handover::inherited_fds(). Returns only when nothing has been moved yet; an exec that fails
 // after the move exits, since the loop's own descriptors may have been overwritten.
-void Server::exec_in_place(const std::vector<int>& listeners, const std::vector<int>& sockets, int record,
-                           size_t connections) {
+void Server::exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections) {
     std::vector<int> order = listeners;
-    order.insert(order.end(), sockets.begin(), sockets.end());
+    if (carrier >= 0) order.push_back(carrier);
     order.push_back(record);
     const int n = static_cast<int>(order.size());
     std::vector<int> high;  // first above 3 + n, so that moving one never overwrites another
@@ -104,7 +103,7 @@ void Server::exec_in_place(const std::vector<int>& listeners, const std::vector<
         high.push_back(d);
     }
     std::string var = fmt::format("{}={}", handover::kInheritEnv,
-                                  handover::inherit_value(listeners.size(), sockets.size(), 1));
+                                  handover::inherit_value(listeners.size(), carrier >= 0 ? 1 : 0, 1));
     std::vector<char*> envp;
     for (char** e = environ; *e; ++e)
         if (!std::string_view(*e).starts_with(fmt::format("{}=", handover::kInheritEnv))) envp.push_back(*e);

@@ -18,25 +18,29 @@
 
 namespace kprism::handover {
 
-// The names under which the descriptors are stored (FDNAME=): listening sockets, connection
-// sockets, and the memfd holding the record. The connection sockets' name is short because the
-// next process gets every name in one environment string, LISTEN_FDNAMES="hc:hc:...", and Linux
-// refuses an exec whose single environment string is over MAX_ARG_STRLEN (128 KiB): with
-// "handover-conn" systemd could not start the next kprism past about 9000 stored sockets.
+// The names under which the descriptors are stored (FDNAME=): listening sockets, the AF_UNIX
+// socket whose queue carries the connection sockets (pack_fds), and the memfd holding the record.
 inline constexpr std::string_view kListenerName = "handover-data";
-inline constexpr std::string_view kConnectionName = "hc";
+inline constexpr std::string_view kConnectionName = "handover-conn";
 inline constexpr std::string_view kStateName = "handover-state";
 bool is_handover_name(std::string_view name);
 
-// The most connection sockets whose names fit in LISTEN_FDNAMES beside a few others.
-inline constexpr size_t kMaxArgStrlen = 32 * 4096;
-inline constexpr size_t kMaxNamedSockets = (kMaxArgStrlen - 1024) / (kConnectionName.size() + 1);
+// `fds` sent as SCM_RIGHTS into a new AF_UNIX stream socket pair, kFdsPerMessage per message and
+// in order; the sending end is closed and the receiving end returned, its queue holding them (the
+// kernel keeps descriptors in flight open). `sent` says how many went in; on a failure part way
+// (the socket's buffer, the in-flight limit of RLIMIT_NOFILE) `error` says why, and the receiving
+// end is still returned unless nothing went in (then -1).
+inline constexpr size_t kFdsPerMessage = 250;  // an even number: the two sockets of a pair stay together
+int pack_fds(const std::vector<int>& fds, size_t& sent, std::string& error);
+// Every descriptor queued on `carrier`, in order, close-on-exec; `truncated` when the kernel
+// dropped some (this process's descriptor limit). Nothing when `carrier` is not an AF_UNIX socket.
+std::vector<int> unpack_fds(int carrier, bool& truncated);
 
 // Restart in place (SIGUSR2, no fd store): the old process moves the descriptors to 3, 4, ...
-// in this order, listeners, connection sockets, the record, and execs the new executable with
-// KPRISM_HANDOVER=<listeners>,<connection sockets>,<records> in its environment.
+// in this order, listeners, the carrier of the connection sockets, the record, and execs the new
+// executable with KPRISM_HANDOVER=<listeners>,<carriers>,<records> in its environment.
 inline constexpr std::string_view kInheritEnv = "KPRISM_HANDOVER";
-std::string inherit_value(size_t listeners, size_t sockets, size_t records);
+std::string inherit_value(size_t listeners, size_t carriers, size_t records);
 // In the new process: the descriptors named by $KPRISM_HANDOVER, with their names, marked
 // close-on-exec; the variable is removed. Empty without it; empty with *error set when it is
 // malformed, too large, or names a descriptor that is not open (none is taken then).

@@ -165,8 +165,7 @@ private:
     void resume_handover();
     // Restart in place (server_restart.cc): the check of the new executable, then the exec.
     static void on_check_exit(uv_process_t* p, int64_t status, int term_signal);
-    void exec_in_place(const std::vector<int>& listeners, const std::vector<int>& sockets, int record,
-                       size_t connections);
+    void exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections);
     bool start_listeners(std::string& error);
     bool start_admin(std::string& error);
     void close_all(const char* reason);

@@ -261,7 +261,7 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
     EXPECT_NE(out1.find("handing connections over to the next process"), std::string::npos) << out1;
     EXPECT_NE(out1.find("msg=\"handed over to the next process\" connections=8"), std::string::npos) << out1;
     EXPECT_NE(out1.find("systemd_confirmed=true"), std::string::npos) << out1;
-    EXPECT_EQ(store.count("hc"), 2u * kConns);
+    EXPECT_EQ(store.count("handover-conn"), 1u) << "one socket carries them all";
     EXPECT_EQ(store.count("handover-data"), 1u);
     EXPECT_EQ(store.count("handover-state"), 1u);
     EXPECT_GE(store.barriers(), 1u);
@@ -275,10 +275,10 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
     ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
     EXPECT_TRUE(k2->wait_output("resumed=8 closed_unmatched=0 closed_without_entry=0")) << k2->output();
     EXPECT_NE(k2->output().find("handed_over=true"), std::string::npos) << k2->output();
-    EXPECT_TRUE(eventually([&] { return store.count("hc") == 0 && store.count("handover-data") == 0 &&
+    EXPECT_TRUE(eventually([&] { return store.count("handover-conn") == 0 && store.count("handover-data") == 0 &&
                                         store.count("handover-state") == 0; }))
         << "the second kprism did not remove its descriptors from the store";
-    EXPECT_EQ(store.removes("hc"), 1u);
+    EXPECT_EQ(store.removes("handover-conn"), 1u);
     streams.join_and_check();
     Client waited{-1};
     waited.fd = between;
@@ -356,12 +356,12 @@ TEST(Handover, BadRecordsCloseTheirConnectionsAndNothingElse) {
         ASSERT_TRUE(c.echo("x"));
         k1->signal(SIGTERM);
         ASSERT_EQ(k1->wait(10000ms), 0);
-        ASSERT_EQ(store.count("hc"), 2u);
+        ASSERT_EQ(store.count("handover-conn"), 1u);
         if (!tc.record.empty()) store.replace_record("handover-state", tc.record);
         auto k2 = next({tc.other_upstream ? other.endpoint() : up.endpoint()}, store, port);
         ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
         EXPECT_NE(k2->output().find(tc.log), std::string::npos) << k2->output();
-        EXPECT_TRUE(eventually([&] { return store.count("hc") == 0; }));
+        EXPECT_TRUE(eventually([&] { return store.count("handover-conn") == 0; }));
         int err = -1;
         recv_until_eof(c.fd, &err, 5000ms);  // closed: EOF or a reset, not a hang
         EXPECT_NE(err, ETIMEDOUT);
@@ -387,7 +387,7 @@ TEST(Handover, WithoutAStoreSigtermDrains) {
     c.fd = -1;
     EXPECT_EQ(k.wait(5000ms), 0);
     EXPECT_EQ(k.output().find("handing"), std::string::npos);
-    EXPECT_EQ(store.count("hc"), 0u);
+    EXPECT_EQ(store.count("handover-conn"), 0u);
 }
 
 namespace {
@@ -450,7 +450,7 @@ TEST(RestartInPlace, ConnectionsSurviveWithEveryByte) {
     std::string out = k->output();
     EXPECT_NE(out.find("msg=\"restart in place: checking the configuration with the executable\""), std::string::npos);
     EXPECT_NE(out.find("msg=\"restarting in place: executing the new kprism\" executable=" + bin.exe.string() +
-                       " connections=8 descriptors=18"),
+                       " connections=8 descriptors=3"),
               std::string::npos)
         << out;
     EXPECT_NE(out.find("handed_over=true"), std::string::npos) << out;

@@ -483,7 +483,7 @@ fi
 # HELD TLS keep-alive connections from the host through the data port; after each
 # `systemctl restart` one more GET on each, on the same socket (no reconnect underneath).
 HELD=${HELD:-100} RESTARTS=${RESTARTS:-3}
-[ "$(prop FileDescriptorStoreMax)" -ge $((2 * HELD + 2)) ] 2>/dev/null \
+[ "$(prop FileDescriptorStoreMax)" -ge 3 ] 2>/dev/null \
     && ok "FileDescriptorStoreMax=$(prop FileDescriptorStoreMax), FDSTORE in the environment: $(prop Environment | grep -o 'FDSTORE=[0-9]*')" \
     || bad "FileDescriptorStoreMax is $(prop FileDescriptorStoreMax)"
 coproc HELDC { exec python3 tests/systemd/held_tls.py "$DPORT" "$HELD" "$pki/ca.crt" "$pki/client1.crt" "$pki/client1.key" 2>&1; }
@@ -503,7 +503,7 @@ if [ "$held_line" = "open $HELD" ]; then
         j=$(jsince "$c7")
         if [[ $held_line == "get ok=$HELD failed=0 same_socket=$HELD served_by=standin_"* ]] \
                 && [ "$(prop MainPID)" != "$pid0" ] \
-                && grep -q "msg=\"handed over to the next process\" connections=$HELD reset_unflushed=0 reset_over_fdstore_max=0 .*systemd_confirmed=true" <<<"$j" \
+                && grep -q "msg=\"handed over to the next process\" connections=$HELD reset_unflushed=0 reset_not_passed=0 .*systemd_confirmed=true" <<<"$j" \
                 && grep -q "msg=\"resumed connections handed over by the previous process\" resumed=$HELD closed_unmatched=0 closed_without_entry=0" <<<"$j"; then
             ok "restart $i (systemctl restart took $tr ms, MainPID $pid0 -> $(prop MainPID)): all $HELD connections answer on their own sockets ($held_line)"
         else

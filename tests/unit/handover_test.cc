@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -121,7 +122,7 @@ TEST(Handover, MoreEntriesThanTheBoundAreRefused) {
 
 TEST(Handover, NamesAndSocketAddresses) {
     EXPECT_TRUE(handover::is_handover_name("handover-data"));
-    EXPECT_TRUE(handover::is_handover_name("hc"));
+    EXPECT_TRUE(handover::is_handover_name("handover-conn"));
     EXPECT_TRUE(handover::is_handover_name("handover-state"));
     EXPECT_FALSE(handover::is_handover_name("data"));
     EXPECT_FALSE(handover::is_handover_name("handover-"));
@@ -181,7 +182,7 @@ TEST(HandoverInherit, CountsAndDescriptors) {
     EXPECT_EQ(got[0].fd, 3);
     EXPECT_EQ(got[0].name, "handover-data");
     EXPECT_EQ(got[1].fd, 4);
-    EXPECT_EQ(got[1].name, "hc");
+    EXPECT_EQ(got[1].name, "handover-conn");
     EXPECT_EQ(got[2].fd, 5);
     EXPECT_EQ(got[2].name, "handover-state");
     for (int fd : {3, 4, 5}) {
@@ -190,9 +191,53 @@ TEST(HandoverInherit, CountsAndDescriptors) {
     }
 }
 
-// systemd hands the next process every stored name in one LISTEN_FDNAMES string, which an exec
-// refuses past 128 KiB: the store is never filled with more connection sockets than it can name.
-TEST(HandoverInherit, NamesFitOneEnvironmentString) {
-    static_assert(handover::kMaxNamedSockets * (handover::kConnectionName.size() + 1) + 1024 <= handover::kMaxArgStrlen);
-    EXPECT_GE(handover::kMaxNamedSockets, 20480u) << "kprism.service's FileDescriptorStoreMax";
+// The connection sockets travel queued in one AF_UNIX socket: every one comes out, in order,
+// as the same socket, also after the sending side is gone; an empty list is an empty queue.
+TEST(HandoverCarrier, EverySocketOutInOrder) {
+    std::vector<int> fds;
+    for (int i = 0; i < 301; ++i) {  // 602 descriptors: three messages of 250, 250 and 102
+        int sv[2];
+        ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+        fds.push_back(sv[0]);
+        fds.push_back(sv[1]);
+    }
+    size_t sent = 0;
+    std::string err;
+    int carrier = handover::pack_fds(fds, sent, err);
+    ASSERT_GE(carrier, 0) << err;
+    EXPECT_EQ(sent, fds.size());
+    EXPECT_EQ(err, "");
+    std::vector<ino_t> inodes;
+    for (int fd : fds) {
+        struct stat st{};
+        ::fstat(fd, &st);
+        inodes.push_back(st.st_ino);
+        ::close(fd);  // the queued copies keep the sockets open
+    }
+    bool truncated = true;
+    std::vector<int> got = handover::unpack_fds(carrier, truncated);
+    EXPECT_FALSE(truncated);
+    ASSERT_EQ(got.size(), fds.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        struct stat st{};
+        ASSERT_EQ(::fstat(got[i], &st), 0);
+        EXPECT_EQ(st.st_ino, inodes[i]) << i;
+        EXPECT_EQ(::fcntl(got[i], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    }
+    // The pairs still work end to end: what one end writes the other reads.
+    ASSERT_EQ(::write(got[0], "x", 1), 1);
+    char c = 0;
+    EXPECT_EQ(::read(got[1], &c, 1), 1);
+    EXPECT_EQ(c, 'x');
+    for (int fd : got) ::close(fd);
+    EXPECT_TRUE(handover::unpack_fds(carrier, truncated).empty()) << "the queue is empty now";
+    ::close(carrier);
+    int udp = ::socket(AF_INET, SOCK_DGRAM, 0);
+    EXPECT_TRUE(handover::unpack_fds(udp, truncated).empty()) << "not an AF_UNIX socket: not a carrier";
+    ::close(udp);
+    int empty = handover::pack_fds({}, sent, err);
+    ASSERT_GE(empty, 0);
+    EXPECT_EQ(sent, 0u);
+    EXPECT_TRUE(handover::unpack_fds(empty, truncated).empty());
+    ::close(empty);
 }
