@@ -225,8 +225,8 @@ bool stopping() { return send("STOPPING=1"); }
 
 bool watchdog() { return send("WATCHDOG=1"); }
 
-bool fdstore(std::string_view name, const int* fds, size_t n) {
-    std::string msg = fmt::format("FDSTORE=1\nFDNAME={}", name);
+bool fdstore(std::string_view name, const int* fds, size_t n, bool poll) {
+    std::string msg = fmt::format("FDSTORE=1\nFDNAME={}{}", name, poll ? "" : "\nFDPOLL=0");
     for (size_t i = 0; i < n; i += kMaxFdsPerMessage)
         if (!send(msg, fds + i, std::min(kMaxFdsPerMessage, n - i))) return false;
     return true;

@@ -156,7 +156,8 @@ void Server::finish_handover() {
     }
     // The record last: a next process that finds it finds the sockets it names.
     ok = ok && notify::fdstore(handover::kListenerName, handover_.listen_fds.data(), handover_.listen_fds.size()) &&
-         (carrier < 0 || notify::fdstore(handover::kConnectionName, &carrier, 1)) &&
+         // FDPOLL=0: its sending end is closed, so it reports POLLHUP, which would make systemd drop it.
+         (carrier < 0 || notify::fdstore(handover::kConnectionName, &carrier, 1, false)) &&
          notify::fdstore(handover::kStateName, &mfd, 1);
     if (!ok && error.empty()) error = "sending to systemd's notify socket failed";
     bool barrier = ok && notify::barrier(kBarrierTimeoutMs);

@@ -34,8 +34,10 @@ bool watchdog();                       // WATCHDOG=1
 // message); FDSTOREREMOVE=1 with FDNAME=name drops every descriptor stored under that name.
 // systemd keeps what it accepts across a restart of the service and passes it back through
 // LISTEN_FDS/LISTEN_FDNAMES; whether it accepted them (FileDescriptorStoreMax=) it does not say.
+// poll=false adds FDPOLL=0: systemd otherwise drops a stored descriptor that reports POLLHUP,
+// as a socket whose peer has closed does.
 constexpr size_t kMaxFdsPerMessage = 250;
-bool fdstore(std::string_view name, const int* fds, size_t n);
+bool fdstore(std::string_view name, const int* fds, size_t n, bool poll = true);
 bool fdstore_remove(std::string_view name);
 // How many descriptors the store takes, from $FDSTORE (systemd 254 and later set it to
 // FileDescriptorStoreMax=; kprism.service sets it itself for systemd 252); 0 when unset or invalid.

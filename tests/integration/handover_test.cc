@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -29,8 +30,9 @@ using namespace it;
 namespace {
 
 // systemd's side of the fd store: FDSTORE=1 keeps the passed descriptors under FDNAME,
-// FDSTOREREMOVE=1 closes them, BARRIER=1 is answered by closing its descriptor. A thread reads
-// the socket, as systemd does, so a kprism waiting on its barrier is answered.
+// FDSTOREREMOVE=1 closes them, BARRIER=1 is answered by closing its descriptor; a stored
+// descriptor that reports POLLHUP or POLLERR is dropped unless it came with FDPOLL=0, as systemd
+// drops it. A thread reads the socket, as systemd does, so a kprism waiting on its barrier is answered.
 class FdStore {
 public:
     FdStore() {
@@ -64,10 +66,19 @@ public:
         return removed_[name];
     }
     size_t barriers() const { return barriers_; }
+    size_t dropped() const { return dropped_; }  // for POLLHUP/POLLERR
 
     // What systemd passes to the next process: the stored descriptors, and the environment.
     Spawn spawn_next(std::vector<std::string> env) {
         std::lock_guard g(mu_);
+        for (auto& [name, fds] : store_)
+            std::erase_if(fds, [this](int f) {
+                pollfd p{f, 0, 0};
+                if (unpolled_.count(f) || ::poll(&p, 1, 0) <= 0 || !(p.revents & (POLLHUP | POLLERR))) return false;
+                ::close(f);
+                ++dropped_;
+                return true;
+            });
         Spawn s;
         std::string names;
         for (auto& [name, fds] : store_)
@@ -138,7 +149,10 @@ private:
             std::lock_guard g(mu_);
             std::string name = kv.count("FDNAME") ? kv["FDNAME"] : "stored";
             if (kv["FDSTORE"] == "1") {
-                for (int f : fds) store_[name].push_back(f);
+                for (int f : fds) {
+                    store_[name].push_back(f);
+                    if (kv["FDPOLL"] == "0") unpolled_.insert(f);
+                }
                 continue;
             }
             if (kv["FDSTOREREMOVE"] == "1") {
@@ -158,6 +172,8 @@ private:
     std::mutex mu_;
     std::map<std::string, std::vector<int>> store_;
     std::map<std::string, size_t> removed_;
+    std::set<int> unpolled_;
+    std::atomic<size_t> dropped_{0};
     std::thread thread_;
 };
 
@@ -272,6 +288,7 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
     int between = connect_to(port);
     ASSERT_GE(between, 0);
     auto k2 = next({up.endpoint()}, store, port);
+    EXPECT_EQ(store.dropped(), 0u) << "systemd would have dropped a stored descriptor (POLLHUP)";
     ASSERT_TRUE(k2->wait_output("msg=\"resumed connections handed over by the previous process\"")) << k2->output();
     EXPECT_TRUE(k2->wait_output("resumed=8 closed_unmatched=0 closed_without_entry=0")) << k2->output();
     EXPECT_NE(k2->output().find("handed_over=true"), std::string::npos) << k2->output();
