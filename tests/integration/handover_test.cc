@@ -197,6 +197,19 @@ std::string pattern(size_t n, size_t seed) {
     return s;
 }
 
+// n clients through kprism on `port`, each echoed once; fewer if one was not.
+std::vector<std::unique_ptr<Client>> clients(int port, size_t n) {
+    std::vector<std::unique_ptr<Client>> cs;
+    for (size_t i = 0; i < n; ++i) {
+        cs.push_back(std::make_unique<Client>(port));
+        if (!cs.back()->echo("hello " + std::to_string(i))) {
+            cs.pop_back();
+            break;
+        }
+    }
+    return cs;
+}
+
 // Each client streams `bytes` in 4 KiB pieces (about 0.3 s for 256 KiB) and reads its echo, each
 // in its own threads; join_and_check() compares every byte.
 class Streams {
@@ -264,11 +277,8 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
     ASSERT_TRUE(k1->wait_output("msg=started"));
     constexpr size_t kConns = 8;
     constexpr size_t kBytes = 256 * 1024;
-    std::vector<std::unique_ptr<Client>> cs;
-    for (size_t i = 0; i < kConns; ++i) {
-        cs.push_back(std::make_unique<Client>(port));
-        ASSERT_TRUE(cs.back()->echo("hello " + std::to_string(i)));
-    }
+    std::vector<std::unique_ptr<Client>> cs = clients(port, kConns);
+    ASSERT_EQ(cs.size(), kConns);
     Streams streams(cs, kBytes);
     ASSERT_TRUE(streams.wait_started());
     k1->signal(SIGTERM);
@@ -451,11 +461,8 @@ TEST(RestartInPlace, ConnectionsSurviveWithEveryByte) {
     auto k = start_own(bin, up, port);
     constexpr size_t kConns = 8;
     constexpr size_t kBytes = 256 * 1024;
-    std::vector<std::unique_ptr<Client>> cs;
-    for (size_t i = 0; i < kConns; ++i) {
-        cs.push_back(std::make_unique<Client>(port));
-        ASSERT_TRUE(cs.back()->echo("hello " + std::to_string(i)));
-    }
+    std::vector<std::unique_ptr<Client>> cs = clients(port, kConns);
+    ASSERT_EQ(cs.size(), kConns);
     Streams streams(cs, kBytes);
     ASSERT_TRUE(streams.wait_started());
     k->signal(SIGUSR2);
