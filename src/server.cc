@@ -193,22 +193,23 @@ void Server::note_accept_error(int status) {
 void Server::on_signal(uv_signal_t* s, int signum) {
     auto* self = static_cast<Server*>(s->data);
     switch (signum) {
-    case SIGTERM: self->begin_shutdown("SIGTERM"); break;
-    case SIGINT: self->begin_shutdown("SIGINT"); break;
+    case SIGTERM:
+    case SIGINT: self->begin_shutdown(signum); break;
     case SIGUSR1: self->log_stats(); break;
     case SIGHUP: self->reload(); break;
     case SIGUSR2: self->begin_restart_in_place(); break;
     }
 }
 
-void Server::begin_shutdown(const char* why) {
+void Server::begin_shutdown(int signum) {
+    const char* why = signum == SIGTERM ? "SIGTERM" : "SIGINT";
     if (finished_) return;
     if (draining_) {
         log::warn("second shutdown signal: closing connections now", {{"signal", why}});
         close_all("shutdown");
         return;
     }
-    if (std::string_view(why) == "SIGTERM" && notify::fdstore_max() > 0) {
+    if (signum == SIGTERM && notify::fdstore_max() > 0) {
         begin_handover(why);
         return;
     }

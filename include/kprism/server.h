@@ -109,7 +109,7 @@ public:
 
     // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
     // Under systemd with a file descriptor store ($FDSTORE), SIGTERM hands over instead.
-    void begin_shutdown(const char* why);
+    void begin_shutdown(int signum);
     // Handing the established connections over to the next process (server_handover.cc).
     bool handing_over() const { return handover_.active; }
     // SIGUSR2: restart in place (server_restart.cc). The executable kprism was started from (as
