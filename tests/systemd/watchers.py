@@ -14,7 +14,8 @@ Commands on stdin, one per line, each answered with one line:
           "check open=A ended=E lost=L duplicated=D corrupted=C behind=B ticks=K"
           (lost: ticks a watch skipped; corrupted: an event whose payload or JSON was wrong)
   probe   starts opening one new TLS connection through PORT every 20 ms, each with GET /version
-          to its response: "probing"
+          to its response, from a process of its own (this one's loop is busy with N watches):
+          "probing"
   probed  stops; "probed n=N failed=F p50_ms=A p99_ms=B max_ms=C" (time from connect() to the
           response's status line; failed: refused, reset, or no answer within 10 s)
   quit    closes everything and exits
@@ -195,15 +196,7 @@ async def main():
             await asyncio.sleep(TICK_MS / 1000)
     wtask = asyncio.create_task(writer_loop())
 
-    probing = None
-    times, fails, pending = [], [], set()
-
-    async def probe_loop():
-        while True:
-            t = asyncio.create_task(probe_once(port, ctx, times, fails))
-            pending.add(t)
-            t.add_done_callback(pending.discard)
-            await asyncio.sleep(0.02)
+    prober = None
 
     stdin = asyncio.StreamReader()
     await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
@@ -225,19 +218,20 @@ async def main():
             if ended:
                 print(f"# first ended: {ended[0]}", file=sys.stderr, flush=True)
         elif line == "probe":
-            times.clear()
-            fails.clear()
-            probing = asyncio.create_task(probe_loop())
-            print("probing", flush=True)
+            # In a process of its own, so that the times are not this loop's delay under N watches.
+            prober = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--prober", str(port), ca, cert, key,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+            print((await prober.stdout.readline()).decode().strip(), flush=True)
         elif line == "probed":
-            if probing:
-                probing.cancel()
-            if pending:
-                await asyncio.wait(list(pending), timeout=12)
-            s = sorted(times)
-            pct = (lambda q: s[min(len(s) - 1, int(q * len(s)))] if s else 0)
-            print(f"probed n={len(s) + len(fails)} failed={len(fails)} p50_ms={pct(0.5):.1f} p99_ms={pct(0.99):.1f} "
-                  f"max_ms={(s[-1] if s else 0):.1f}", flush=True)
+            if prober is None:
+                print("probed n=0 failed=0 p50_ms=0 p99_ms=0 max_ms=0", flush=True)
+                continue
+            prober.stdin.write(b"stop\n")
+            await prober.stdin.drain()
+            print((await prober.stdout.readline()).decode().strip(), flush=True)
+            await prober.wait()
+            prober = None
         else:
             print(f"unknown command {line!r}", flush=True)
     wtask.cancel()
@@ -246,5 +240,33 @@ async def main():
     return 0
 
 
+async def prober_main():
+    """--prober PORT CA CERT KEY: one new connection every 20 ms until "stop" on stdin."""
+    port, ca, cert, key = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    ctx = ssl.create_default_context(cafile=ca)
+    ctx.load_cert_chain(cert, key)
+    times, fails, pending = [], [], set()
+
+    async def probe_loop():
+        while True:
+            t = asyncio.create_task(probe_once(port, ctx, times, fails))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+            await asyncio.sleep(0.02)
+    stdin = asyncio.StreamReader()
+    await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+    probing = asyncio.create_task(probe_loop())
+    print("probing", flush=True)
+    await stdin.readline()
+    probing.cancel()
+    if pending:
+        await asyncio.wait(list(pending), timeout=12)
+    s = sorted(times)
+    pct = (lambda q: s[min(len(s) - 1, int(q * len(s)))] if s else 0)
+    print(f"probed n={len(s) + len(fails)} failed={len(fails)} p50_ms={pct(0.5):.1f} p99_ms={pct(0.99):.1f} "
+          f"max_ms={(s[-1] if s else 0):.1f}", flush=True)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(prober_main() if sys.argv[1:2] == ["--prober"] else main()))
