@@ -62,6 +62,8 @@ bool is_handover_name(std::string_view name) {
     return name == kListenerName || name == kConnectionName || name == kStateName;
 }
 
+static_assert(notify::kMaxFdsPerMessage % 2 == 0, "a connection's two sockets travel in one message");
+
 int pack_fds(const std::vector<int>& fds, size_t& sent, std::string& error) {
     sent = 0;
     int sv[2];
@@ -71,8 +73,8 @@ int pack_fds(const std::vector<int>& fds, size_t& sent, std::string& error) {
     }
     ::fcntl(sv[0], F_SETFL, O_NONBLOCK);  // a full buffer is an error, never a hang
     for (size_t off = 0; off < fds.size();) {
-        const size_t n = std::min(kFdsPerMessage, fds.size() - off);
-        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kFdsPerMessage)] = {};
+        const size_t n = std::min(notify::kMaxFdsPerMessage, fds.size() - off);
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * notify::kMaxFdsPerMessage)] = {};
         char byte = 'f';
         iovec iov{&byte, 1};
         msghdr mh{};
@@ -110,7 +112,7 @@ std::vector<int> unpack_fds(int carrier, bool& truncated) {
     if (::getsockopt(carrier, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0 || domain != AF_UNIX)
         return out;  // not a carrier: nothing is read from it (a stray TCP socket keeps its bytes)
     for (;;) {
-        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * (kFdsPerMessage + 3))];
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * (notify::kMaxFdsPerMessage + 3))];
         char byte;
         iovec iov{&byte, 1};
         msghdr mh{};
@@ -139,14 +141,14 @@ std::string inherit_value(size_t listeners, size_t carriers, size_t records) {
     return fmt::format("{},{},{}", listeners, carriers, records);
 }
 
-std::vector<Inherited> inherited_fds(std::string* error) {
+std::vector<notify::ListenFd> inherited_fds(std::string* error) {
     const char* v = std::getenv(std::string(kInheritEnv).c_str());
     if (!v) return {};
     std::string value = v;
     ::unsetenv(std::string(kInheritEnv).c_str());
     auto fail = [&](std::string why) {
         if (error) *error = fmt::format("{}={}: {}", kInheritEnv, value.substr(0, 64), why);
-        return std::vector<Inherited>{};
+        return std::vector<notify::ListenFd>{};
     };
     uint64_t n[3];
     std::string_view rest = value;
@@ -156,14 +158,14 @@ std::vector<Inherited> inherited_fds(std::string* error) {
         rest.remove_prefix(std::min(rest.size(), comma + 1));
     }
     if (n[0] > 1024 || n[1] > 1 || n[2] > 1) return fail("counts out of range");
-    std::vector<Inherited> out;
+    std::vector<notify::ListenFd> out;
     int fd = 3;
     for (int kind = 0; kind < 3; ++kind)
         for (uint64_t i = 0; i < n[kind]; ++i, ++fd) {
             if (::fcntl(fd, F_GETFD) < 0) return fail(fmt::format("descriptor {} is not open", fd));
             out.push_back({fd, std::string(kind == 0 ? kListenerName : kind == 1 ? kConnectionName : kStateName)});
         }
-    for (const Inherited& x : out) ::fcntl(x.fd, F_SETFD, FD_CLOEXEC);
+    for (const notify::ListenFd& x : out) ::fcntl(x.fd, F_SETFD, FD_CLOEXEC);
     return out;
 }
 

@@ -122,22 +122,19 @@ void Server::finish_handover() {
     // one goes into the store: systemd 252 compares every descriptor it stores with each one it
     // holds, which made 2000 sockets cost it 3.3 s of CPU (bench/RESULTS.md, "Restarts").
     // So does a restart in place: one descriptor to pass however many connections there are.
-    int carrier = -1;
     std::string error;
-    {
-        size_t sent = 0;
-        carrier = handover::pack_fds(fds, sent, error);
-        sent = carrier >= 0 ? sent / 2 : 0;
-        for (size_t i = sent; i < stored.size(); ++i) dropped.push_back(stored[i]);
-        not_passed = stored.size() - sent;
-        stored.resize(sent);
-        entries.resize(sent);
-        if (!error.empty())
-            log::warn("handover: not every connection could be passed on; those are reset",
-                      {{"passed", static_cast<uint64_t>(sent)}, {"reset", static_cast<uint64_t>(not_passed)},
-                       {"error", error}});
-        error.clear();
-    }
+    size_t sent_fds = 0;
+    int carrier = handover::pack_fds(fds, sent_fds, error);
+    const size_t passed = carrier >= 0 ? sent_fds / 2 : 0;  // connections, two sockets each
+    for (size_t i = passed; i < stored.size(); ++i) dropped.push_back(stored[i]);
+    not_passed = stored.size() - passed;
+    stored.resize(passed);
+    entries.resize(passed);
+    if (!error.empty())
+        log::warn("handover: not every connection could be passed on; those are reset",
+                  {{"passed", static_cast<uint64_t>(passed)}, {"reset", static_cast<uint64_t>(not_passed)},
+                   {"error", error}});
+    error.clear();
     // Reset: their queued bytes were never written, so the peers must not take the end for a FIN.
     for (Connection* c : dropped) c->close("handover: not handed over", true, true);
 

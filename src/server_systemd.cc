@@ -31,7 +31,7 @@ bool Server::adopt_passed_sockets(std::string& error) {
     std::vector<notify::ListenFd> passed = notify::listen_fds(&error);
     if (!error.empty()) return false;
     // A restart in place (server_restart.cc): the previous process's descriptors, inherited by exec.
-    for (const handover::Inherited& x : handover::inherited_fds(&error)) passed.push_back({x.fd, x.name});
+    for (notify::ListenFd& x : handover::inherited_fds(&error)) passed.push_back(std::move(x));
     if (!error.empty()) {
         for (const notify::ListenFd& p : passed) ::close(p.fd);
         return false;

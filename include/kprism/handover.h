@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/sd_notify.h"
+
 namespace kprism::handover {
 
 // The names under which the descriptors are stored (FDNAME=): listening sockets, the AF_UNIX
@@ -25,12 +27,12 @@ inline constexpr std::string_view kConnectionName = "handover-conn";
 inline constexpr std::string_view kStateName = "handover-state";
 bool is_handover_name(std::string_view name);
 
-// `fds` sent as SCM_RIGHTS into a new AF_UNIX stream socket pair, kFdsPerMessage per message and
+// `fds` sent as SCM_RIGHTS into a new AF_UNIX stream socket pair, kMaxFdsPerMessage (an even
+// number, so the two sockets of a pair stay together) per message and
 // in order; the sending end is closed and the receiving end returned, its queue holding them (the
 // kernel keeps descriptors in flight open). `sent` says how many went in; on a failure part way
 // (the socket's buffer, the in-flight limit of RLIMIT_NOFILE) `error` says why, and the receiving
 // end is still returned unless nothing went in (then -1).
-inline constexpr size_t kFdsPerMessage = 250;  // an even number: the two sockets of a pair stay together
 int pack_fds(const std::vector<int>& fds, size_t& sent, std::string& error);
 // Every descriptor queued on `carrier`, in order, close-on-exec; `truncated` when the kernel
 // dropped some (this process's descriptor limit). Nothing when `carrier` is not an AF_UNIX socket.
@@ -44,11 +46,7 @@ std::string inherit_value(size_t listeners, size_t carriers, size_t records);
 // In the new process: the descriptors named by $KPRISM_HANDOVER, with their names, marked
 // close-on-exec; the variable is removed. Empty without it; empty with *error set when it is
 // malformed, too large, or names a descriptor that is not open (none is taken then).
-struct Inherited {
-    int fd;
-    std::string name;
-};
-std::vector<Inherited> inherited_fds(std::string* error);
+std::vector<notify::ListenFd> inherited_fds(std::string* error);
 
 inline constexpr size_t kMaxRecordBytes = 16 << 20;  // 65536 entries of at most ~250 bytes
 inline constexpr size_t kMaxEntries = 65536;
