@@ -51,6 +51,10 @@ const std::vector<OptionDef>& options() {
         {"connect_timeout", "connect-timeout", &S::connect_timeout, "upstream TCP connect timeout", 1, 60 * kSec},
         {"drain_timeout", "drain-timeout", &S::drain_timeout,
          "on SIGTERM, how long established connections may finish", 0, 3600 * kSec},
+        {"keep_on_crash", "keep-on-crash", &S::keep_on_crash,
+         "under systemd with a file descriptor store, keep a copy of the established connections there, so the "
+         "process started after a crash resumes them",
+         0, INT64_MAX, {}, kRestart},
         {"max_connections", "max-connections", &S::max_connections, "client connections held at once", 1, 1000000},
         {"resolve_interval", "resolve-interval", &S::resolve_interval, "how often hostname endpoints are re-resolved",
          1 * kSec, 3600 * kSec},

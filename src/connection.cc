@@ -227,6 +227,7 @@ bool Connection::try_replay(ConnectFailure why, const char* reason) {
 
 void Connection::start_splicing() {
     state_ = State::splicing;
+    srv_.crash_copy_changed();
     srv_.control().upstreams().connect_succeeded(*up_);
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
@@ -461,8 +462,8 @@ bool Connection::pause_for_handover() {
     return true;
 }
 
-bool Connection::handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd) {
-    if (closing_ || state_ != State::splicing || !up_ || !quiescent()) return false;
+bool Connection::handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd, bool flushed_only) {
+    if (closing_ || state_ != State::splicing || !up_ || (flushed_only ? !quiescent() : awaiting_answer_)) return false;
     uv_os_fd_t cf, uf;
     if (uv_fileno(handle(client_.tcp), &cf) != 0 || uv_fileno(handle(upstream_.tcp), &uf) != 0) return false;
     e.client_local = handover::local_address(cf);
@@ -511,6 +512,7 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
     }
     c->up_ = &up;
     up.active++;
+    srv.crash_copy_changed();
     c->client_.eof = e.client_eof;
     c->client_.shut = e.client_shut;
     c->upstream_.eof = e.upstream_eof;
@@ -536,9 +538,22 @@ void Connection::close(const char* reason, bool reset_client, bool reset_upstrea
         timer_open_ = false;
         uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);
     }
+    if (stored_) srv_.crash_copy_changed();
     auto close_side = [&](Side& s, bool reset) {
         if (!s.open) return;
         s.open = false;
+        uv_os_fd_t fd;
+        if (stored_ && uv_fileno(handle(s.tcp), &fd) == 0) {
+            if (reset) {  // tcp_disconnect(): RST, as SO_LINGER 0 would at the last close
+                sockaddr unspec{};
+                unspec.sa_family = AF_UNSPEC;
+                ::connect(fd, &unspec, sizeof unspec);
+            } else if (!srv_.handing_over()) {
+                ::shutdown(fd, SHUT_RDWR);
+            }
+            uv_close(handle(s.tcp), on_closed);
+            return;
+        }
         if (!reset || uv_tcp_close_reset(&s.tcp, on_closed) != 0) uv_close(handle(s.tcp), on_closed);
     };
     close_side(client_, reset_client);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -59,7 +60,14 @@ std::string address_of(int fd, bool peer) {
 }  // namespace
 
 bool is_handover_name(std::string_view name) {
-    return name == kListenerName || name == kConnectionName || name == kStateName;
+    return name == kListenerName || name == kConnectionName || name == kStateName || name.starts_with(kCrashPrefix);
+}
+
+std::string crash_connection_name(unsigned generation) { return fmt::format("{}conn-{}", kCrashPrefix, generation & 1); }
+std::string crash_state_name(unsigned generation) { return fmt::format("{}{}", kCrashStatePrefix, generation & 1); }
+std::vector<std::string> crash_names() {
+    return {std::string(kCrashListenerName), crash_connection_name(0), crash_connection_name(1), crash_state_name(0),
+            crash_state_name(1)};
 }
 
 static_assert(notify::kMaxFdsPerMessage % 2 == 0, "a connection's two sockets travel in one message");
@@ -179,6 +187,25 @@ std::string serialize(const std::vector<Entry>& entries) {
     }
     fmt::format_to(std::back_inserter(out), "end {}\n", entries.size());
     return out;
+}
+
+int record_memfd(const std::string& text, std::string& error) {
+    int fd = ::memfd_create("kprism-handover", MFD_CLOEXEC);
+    if (fd < 0) {
+        error = fmt::format("memfd: {}", std::strerror(errno));
+        return -1;
+    }
+    for (size_t off = 0; off < text.size();) {
+        ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            error = fmt::format("writing the record: {}", n < 0 ? std::strerror(errno) : "short write");
+            ::close(fd);
+            return -1;
+        }
+        off += static_cast<size_t>(n);
+    }
+    return fd;
 }
 
 bool parse(std::string_view text, std::vector<Entry>& out, std::string& error) {

@@ -113,6 +113,7 @@ bool Server::start(std::string& error) {
     control_.start();
     rebalancer_.start();
     resume_handover();
+    start_crash_copy();
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
     log::info("started", {{"upstreams", names}, {"policy", policy_->name()},
@@ -247,6 +248,7 @@ void Server::finish() {
         admin_->close();
         runtime::withdraw_admin_address();
     }
+    drop_crash_copy();
     heartbeat_.close();
     control_.close();
     rebalancer_.close();

@@ -2,13 +2,13 @@
 // Restarts that keep the established connections: SIGTERM under systemd with a file descriptor
 // store hands the listening and connection sockets over to the next process instead of draining.
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fcntl.h>
 
 #include <map>
+#include <set>
 
 #include "kprism/connection.h"
 #include "kprism/handover.h"
@@ -24,17 +24,6 @@ namespace {
 constexpr uint64_t kFlushWaitMs = 2000;
 constexpr uint64_t kFlushPollMs = 10;
 constexpr int kBarrierTimeoutMs = 5000;
-
-bool write_all(int fd, const std::string& s) {
-    size_t off = 0;
-    while (off < s.size()) {
-        ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        off += static_cast<size_t>(n);
-    }
-    return true;
-}
 
 // The whole memfd, at most kMaxRecordBytes (+1 so that a larger one fails to parse).
 bool read_record(int fd, std::string& out, std::string& error) {
@@ -61,6 +50,7 @@ bool read_record(int fd, std::string& out, std::string& error) {
 // Out, step 1: stop accepting (the listening sockets stay open through a duplicate, so clients
 // queue in the backlog), stop reading every connection, close the ones not spliced yet.
 void Server::begin_handover(const char* why) {
+    drop_crash_copy();  // this handover replaces it
     draining_ = true;
     handover_.active = true;
     // In place the PID stays: systemd (if any) sees a reload, ended by the new process's READY=1.
@@ -139,9 +129,9 @@ void Server::finish_handover() {
     for (Connection* c : dropped) c->close("handover: not handed over", true, true);
 
     std::string record = handover::serialize(entries);
-    int mfd = ::memfd_create("kprism-handover", MFD_CLOEXEC);
-    bool ok = mfd >= 0 && write_all(mfd, record) && (carrier >= 0 || entries.empty());
-    if (!ok) error = mfd < 0 || carrier >= 0 ? fmt::format("memfd: {}", std::strerror(errno)) : "no socket to pass them";
+    int mfd = handover::record_memfd(record, error);
+    bool ok = mfd >= 0 && (carrier >= 0 || entries.empty());
+    if (!ok && mfd >= 0) error = "no socket to pass them";
     if (ok && handover_.in_place) {
         exec_in_place(handover_.listen_fds, carrier, mfd, entries.size());  // returns only if exec failed
         exit_code_ = 1;
@@ -181,7 +171,9 @@ void Server::finish_handover() {
 int Server::take_handover_listener(const sockaddr_storage& addr) {
     std::string want = sockaddr_str(addr);
     for (auto it = handover_.passed.begin(); it != handover_.passed.end(); ++it) {
-        if (it->name != handover::kListenerName || handover::local_address(it->fd) != want) continue;
+        if ((it->name != handover::kListenerName && it->name != handover::kCrashListenerName) ||
+            handover::local_address(it->fd) != want)
+            continue;
         int fd = it->fd;
         handover_.passed.erase(it);
         return fd;
@@ -191,27 +183,35 @@ int Server::take_handover_listener(const sockaddr_storage& addr) {
 
 // In: the record says which passed sockets pair up; each pair whose upstream is still configured
 // resumes splicing. Whatever does not match is closed (its client reconnects), with one line.
+// After a crash there is no handover record but the crash copy (server_crash.cc): one generation,
+// or two when the crash came between storing one and removing the other.
 void Server::resume_handover() {
     if (handover_.passed.empty()) return;
     for (std::string_view name : {handover::kListenerName, handover::kConnectionName, handover::kStateName})
         notify::fdstore_remove(name);
+    for (const std::string& name : handover::crash_names()) notify::fdstore_remove(name);
     std::vector<notify::ListenFd> passed = std::move(handover_.passed);
     handover_.passed.clear();
     std::string record, error;
+    std::vector<std::string> crash_records;
     size_t states = 0, unused_listeners = 0;
     std::map<std::string, int> socks;  // "local peer" -> fd
     for (const notify::ListenFd& p : passed) {
         if (p.name == handover::kStateName) {
             if (states++ == 0 && !read_record(p.fd, record, error)) record.clear();
             ::close(p.fd);
-        } else if (p.name == handover::kListenerName) {
+        } else if (p.name.starts_with(handover::kCrashStatePrefix)) {
+            std::string r, e;
+            if (read_record(p.fd, r, e)) crash_records.push_back(std::move(r));
+            ::close(p.fd);
+        } else if (p.name == handover::kListenerName || p.name == handover::kCrashListenerName) {
             ++unused_listeners;  // not (or no longer) a configured address
             ::close(p.fd);
-        } else {  // the AF_UNIX socket carrying the connection sockets
+        } else {  // an AF_UNIX socket carrying connection sockets: the handover's or a crash copy's
             bool truncated = false;
             for (int fd : handover::unpack_fds(p.fd, truncated)) {
-                std::string key = handover::local_address(fd) + " " + handover::peer_address(fd);
-                if (key.size() < 4 || !socks.emplace(std::move(key), fd).second) ::close(fd);
+                std::string local = handover::local_address(fd), peer = handover::peer_address(fd);
+                if (local.empty() || peer.empty() || !socks.emplace(local + " " + peer, fd).second) ::close(fd);
             }
             ::close(p.fd);
             if (truncated)
@@ -219,9 +219,26 @@ void Server::resume_handover() {
                           "connections are closed");
         }
     }
+    if (states == 0 && crash_records.empty() && socks.empty()) return;  // only listeners (a crash copy's)
+    const bool after_crash = states == 0 && !crash_records.empty();
     std::vector<handover::Entry> entries;
-    if (states != 1) error = fmt::format("{} records passed, not one", states);
-    else if (error.empty()) handover::parse(record, entries, error);
+    if (after_crash) {
+        std::set<std::string> seen;  // a connection in both generations is taken once
+        for (const std::string& r : crash_records) {
+            std::vector<handover::Entry> part;
+            std::string why;
+            if (!handover::parse(r, part, why)) {
+                error = "crash copy: " + why;
+                continue;
+            }
+            for (handover::Entry& e : part)
+                if (seen.insert(e.client_local + " " + e.client_peer).second) entries.push_back(std::move(e));
+        }
+    } else if (states != 1) {
+        error = fmt::format("{} records passed, not one", states);
+    } else if (error.empty()) {
+        handover::parse(record, entries, error);
+    }
     size_t resumed = 0, unmatched = 0;
     auto take = [&](const std::string& local, const std::string& peer) {
         auto it = socks.find(local + " " + peer);
@@ -249,7 +266,8 @@ void Server::resume_handover() {
     if (!error.empty())
         log::warn("handover record ignored: its connections are closed and their clients reconnect",
                   {{"reason", error}, {"sockets_closed", static_cast<uint64_t>(stray)}});
-    log::info("resumed connections handed over by the previous process",
+    log::info(after_crash ? "resumed connections kept from before a crash (keep_on_crash)"
+                          : "resumed connections handed over by the previous process",
               {{"resumed", static_cast<uint64_t>(resumed)},
                {"closed_unmatched", static_cast<uint64_t>(unmatched)},
                {"closed_without_entry", static_cast<uint64_t>(error.empty() ? stray : 0)},

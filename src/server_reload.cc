@@ -117,10 +117,15 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
         retired_listeners_.push_back(std::move(*it));
         it = listeners_.erase(it);
     }
+    const bool changed = !fresh.empty() || summary.find(" listener_removed=") != std::string::npos;
     for (auto& f : fresh) {
         summary += " listener_added=" + f->name;
         log::info("listening", {{"address", f->name}});
         listeners_.push_back(std::move(f));
+    }
+    if (changed && crash_.on) {  // a removed listener must not stay open in the crash copy
+        crash_.listeners_changed = true;
+        copy_for_crash();
     }
     return true;
 }

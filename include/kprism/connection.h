@@ -47,8 +47,14 @@ public:
     // nothing of ours in flight (no write or FIN queued), so its sockets hold every byte.
     bool pause_for_handover();
     bool quiescent() const { return !client_.wreq && !upstream_.wreq && !client_.sreq && !upstream_.sreq; }
-    // Its two descriptors and its record entry; false when it has none to give.
-    bool handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd);
+    // Its two descriptors and its record entry; false when it has none to give. The crash copy
+    // (server_crash.cc) takes connections with writes in flight too (flushed_only = false), but
+    // not one that may still be replayed to another upstream.
+    bool handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd, bool flushed_only = true);
+    // Its sockets are in the crash copy: a copy held by systemd keeps a socket open after kprism
+    // closes its own, so close() then ends the connection itself (shutdown, or a reset by
+    // connect(AF_UNSPEC)) unless the connection is being handed over.
+    void mark_stored() { stored_ = true; }
     // A connection handed over by the previous process: takes both descriptors (closed on
     // failure, false) and resumes splicing to `up` in the half-closed state the entry records.
     static bool resume(Server& srv, int client_fd, int upstream_fd, Upstream& up, const handover::Entry& e);
@@ -120,6 +126,7 @@ private:
     int open_handles_ = 0;
     bool closing_ = false;
     bool timer_open_ = false;
+    bool stored_ = false;  // mark_stored()
     // When the current upstream attempt began, in ms after started_ms_ (32 bits fill padding
     // here: no bytes added per connection).
     uint32_t attempt_offset_ms_ = 0;

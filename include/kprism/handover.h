@@ -25,7 +25,19 @@ namespace kprism::handover {
 inline constexpr std::string_view kListenerName = "handover-data";
 inline constexpr std::string_view kConnectionName = "handover-conn";
 inline constexpr std::string_view kStateName = "handover-state";
+// Also the crash copy's names below: everything a next process takes back.
 bool is_handover_name(std::string_view name);
+
+// Crash survival (keep_on_crash, server_crash.cc): a standing copy of the listeners, of the
+// connection sockets (in a carrier, as above) and of the record, replaced whenever connections
+// come or go. A copy is stored under generation 0 or 1 and the other one removed after it, so a
+// crash at any moment leaves at least one whole copy in the store.
+inline constexpr std::string_view kCrashListenerName = "crash-data";
+inline constexpr std::string_view kCrashPrefix = "crash-";
+inline constexpr std::string_view kCrashStatePrefix = "crash-state-";
+std::string crash_connection_name(unsigned generation);  // crash-conn-0, crash-conn-1
+std::string crash_state_name(unsigned generation);       // crash-state-0, crash-state-1
+std::vector<std::string> crash_names();                  // all five
 
 // `fds` sent as SCM_RIGHTS into a new AF_UNIX stream socket pair, kMaxFdsPerMessage (an even
 // number, so the two sockets of a pair stay together) per message and
@@ -66,6 +78,8 @@ struct Entry {
 };
 
 std::string serialize(const std::vector<Entry>& entries);
+// A new memfd (close-on-exec) holding `text`, or -1 with `error` set.
+int record_memfd(const std::string& text, std::string& error);
 
 // The whole record or nothing: false with a reason (another version, a bad line, truncated: no
 // matching `end` line) and `out` empty.

@@ -112,6 +112,10 @@ public:
     void begin_shutdown(int signum);
     // Handing the established connections over to the next process (server_handover.cc).
     bool handing_over() const { return handover_.active; }
+    // A connection was spliced, resumed, or one in the crash copy closed (server_crash.cc).
+    void crash_copy_changed() { crash_.changed = true; }
+    // Connections in the crash copy now stored (0 when keep_on_crash is off or unavailable).
+    size_t crash_copy_connections() const { return crash_.connections; }
     // SIGUSR2: restart in place (server_restart.cc). The executable kprism was started from (as
     // it is on disk now, so an upgraded binary) is run with `check` and the same flags; if it
     // accepts the configuration, this process hands everything over to it by exec, keeping its
@@ -157,6 +161,23 @@ private:
         uv_timer_t timer{};
         bool in_place = false;           // out by exec (SIGUSR2), not through systemd's store
     };
+    // Crash survival (keep_on_crash, server_crash.cc): the listeners, the connection sockets and a
+    // record stored in systemd's fd store, replaced at most once a second when connections have
+    // come or gone, under alternating generations so that a whole copy is always there.
+    struct CrashCopy {
+        bool on = false;
+        bool changed = false;           // since the last copy
+        bool listeners_changed = false; // started, or a reload changed them
+        bool stored = false;            // a copy is stored, under `generation`
+        unsigned generation = 0;
+        size_t connections = 0;         // in the stored copy
+        bool partial = false;           // the last copy could not hold every connection (logged once)
+        uv_timer_t timer{};
+    };
+    void start_crash_copy();
+    void copy_for_crash();
+    void drop_crash_copy();
+    static void on_crash_timer(uv_timer_t* t);
     void begin_handover(const char* why);
     void finish_handover();
     static void on_handover_timer(uv_timer_t* t);
@@ -205,6 +226,7 @@ private:
     bool finished_ = false;
     Systemd sd_;
     Handover handover_;
+    CrashCopy crash_;
     std::vector<std::string> argv_;    // the command line (set_command_line)
     std::string exe_;                  // the executable's path, /proc/self/exe at start
     uv_process_t check_{};             // `exe_ check ...` before a restart in place

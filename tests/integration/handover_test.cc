@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "harness/harness.h"
+#include "kprism/handover.h"
 
 using namespace it;
 
@@ -108,6 +109,14 @@ public:
         ssize_t n = ::pread(fds[0], out.data(), out.size(), 0);
         out.resize(n > 0 ? static_cast<size_t>(n) : 0);
         return out;
+    }
+    // Takes the connection sockets queued in the carrier stored under `name` (the test owns them
+    // then): a copy of those sockets held elsewhere, which kprism's close alone cannot end.
+    std::vector<int> take_queued(const std::string& name) {
+        std::lock_guard g(mu_);
+        bool truncated = false;
+        auto& fds = store_[name];
+        return fds.empty() ? std::vector<int>{} : kprism::handover::unpack_fds(fds[0], truncated);
     }
     // Drops everything (systemd after a stop with no job queued).
     void clear() {
@@ -532,4 +541,117 @@ TEST(RestartInPlace, TheNewExecutableIsCheckedFirst) {
     EXPECT_NE(k->output().find("upgraded-binary-ran"), std::string::npos);
     EXPECT_TRUE(c.echo("after the upgrade, same socket"));
     EXPECT_TRUE(k->running());
+}
+
+namespace {
+
+// The crash copy's record (server_crash.cc), whichever generation holds it; "" when none is stored.
+std::string crash_record(FdStore& store) {
+    for (const char* name : {"crash-state-0", "crash-state-1"})
+        if (store.count(name)) return store.record(name);
+    return "";
+}
+
+bool crash_copy_holds(FdStore& store, size_t conns) {
+    return crash_record(store).find("\nend " + std::to_string(conns) + "\n") != std::string::npos;
+}
+
+}  // namespace
+
+// keep_on_crash (on by default; here under a store): a SIGKILLed kprism leaves the copy of its
+// connections and listener in the store, and the next process resumes them: every client carries
+// bytes both ways afterwards, and one that connected meanwhile waited in the backlog.
+TEST(CrashCopy, IdleConnectionsSurviveSigkill) {
+    TcpServer up(TcpServer::echo);
+    FdStore store;
+    const int port = free_port();
+    auto k1 = first(up, store, port);
+    ASSERT_TRUE(k1->wait_output("keeping a copy of the connections")) << k1->output();
+    constexpr size_t kConns = 8;
+    std::vector<std::unique_ptr<Client>> cs = clients(port, kConns);
+    ASSERT_EQ(cs.size(), kConns);
+    ASSERT_TRUE(eventually([&] { return crash_copy_holds(store, kConns); })) << k1->output();
+    EXPECT_EQ(store.count("crash-data"), 1u) << "the listener";
+    EXPECT_EQ(store.count("crash-conn-0") + store.count("crash-conn-1"), 1u) << "one generation at a time";
+    k1->signal(SIGKILL);
+    k1->wait(5000ms);
+    for (auto& c : cs) EXPECT_TRUE(still_open(c->fd));
+    int between = connect_to(port);
+    ASSERT_GE(between, 0);
+    auto k2 = next({up.endpoint()}, store, port);
+    EXPECT_EQ(store.dropped(), 0u);
+    ASSERT_TRUE(k2->wait_output("msg=\"resumed connections kept from before a crash (keep_on_crash)\"")) << k2->output();
+    EXPECT_TRUE(k2->wait_output("resumed=8 closed_unmatched=0 closed_without_entry=0")) << k2->output();
+    EXPECT_NE(k2->output().find("handed_over=true"), std::string::npos) << "the listener " << k2->output();
+    for (size_t i = 0; i < kConns; ++i) EXPECT_TRUE(cs[i]->echo("after the crash " + std::to_string(i))) << i;
+    Client waited{-1};
+    waited.fd = between;
+    EXPECT_TRUE(waited.echo("queued during the crash"));
+    EXPECT_EQ(k2->stat("connections_resumed"), static_cast<long>(kConns));
+    // The new process keeps its own copy: the resumed connections and the queued one.
+    EXPECT_TRUE(eventually([&] { return crash_copy_holds(store, kConns + 1); })) << crash_record(store);
+    // And a crash of that one is survived the same way.
+    k2->signal(SIGKILL);
+    k2->wait(5000ms);
+    auto k3 = next({up.endpoint()}, store, port);
+    ASSERT_TRUE(k3->wait_output("resumed=9 closed_unmatched=0")) << k3->output();
+    for (size_t i = 0; i < kConns; ++i) EXPECT_TRUE(cs[i]->echo("after the second crash")) << i;
+    EXPECT_TRUE(waited.echo("and again"));
+}
+
+// While the store holds a copy of a connection's sockets, kprism's own close would not end it:
+// kprism ends it itself, a reset as a reset (the upstream resets, the client sees ECONNRESET) and a
+// close as a FIN (the drain timeout), although here the test holds the copied sockets forever.
+TEST(CrashCopy, ClosingACopiedConnectionEndsIt) {
+    // Echoes the first message, and resets the connection on the second (connect(AF_UNSPEC)).
+    TcpServer up([](int fd) {
+        char buf[64];
+        for (int i = 0; i < 2; ++i) {
+            ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+            if (n <= 0) return;
+            if (i == 0) send_all(fd, buf, static_cast<size_t>(n));
+        }
+        sockaddr unspec{};
+        unspec.sa_family = AF_UNSPEC;
+        ::connect(fd, &unspec, sizeof unspec);
+    });
+    FdStore store;
+    const int port = free_port();
+    auto k1 = first(up, store, port, {"--drain-timeout", "1s"});
+    Client reset_me(port), drain_me(port);
+    ASSERT_TRUE(reset_me.echo("hello"));
+    ASSERT_TRUE(drain_me.echo("hello"));
+    ASSERT_TRUE(eventually([&] { return crash_copy_holds(store, 2); })) << k1->output();
+    std::vector<int> held;
+    for (const char* name : {"crash-conn-0", "crash-conn-1"})
+        for (int fd : store.take_queued(name)) held.push_back(fd);
+    EXPECT_EQ(held.size(), 4u) << "two sockets a connection";
+    ASSERT_TRUE(send_all(reset_me.fd, "bye", 3));
+    int err = 0;
+    recv_until_eof(reset_me.fd, &err, 5000ms);
+    EXPECT_EQ(err, ECONNRESET) << "the upstream's reset, passed on";
+    k1->signal(SIGINT);  // drain: the rest is closed after 1 s
+    err = -1;
+    recv_until_eof(drain_me.fd, &err, 5000ms);
+    EXPECT_EQ(err, 0) << "a FIN";
+    EXPECT_EQ(k1->wait(5000ms), 0);
+    for (int fd : held) ::close(fd);
+}
+
+// keep_on_crash = false, or no store: nothing is copied.
+TEST(CrashCopy, OffStoresNothing) {
+    TcpServer up(TcpServer::echo);
+    FdStore store;
+    const int port = free_port();
+    auto k1 = first(up, store, port, {"--keep-on-crash=false"});
+    ASSERT_TRUE(k1->wait_output("msg=started"));
+    Client c(port);
+    ASSERT_TRUE(c.echo("x"));
+    // When on, the listener is copied before "started" is logged.
+    EXPECT_EQ(k1->stat("connections_active"), 1);
+    EXPECT_EQ(crash_record(store), "");
+    EXPECT_EQ(store.count("crash-data"), 0u);
+    EXPECT_EQ(k1->output().find("keep_on_crash"), std::string::npos) << k1->output();
+    Kprism nostore({up.endpoint()}, {}, Spawn{{store.env()}, {}});
+    ASSERT_TRUE(nostore.wait_output("keep_on_crash: off, no file descriptor store")) << nostore.output();
 }
