@@ -6,7 +6,11 @@
 // load_config() as `kprism check` does. Nothing needs a Server or an event loop. The example
 // configurations are read from packaging/examples/ relative to the working directory (the source
 // tree, as `make bench` runs it). Usage: build/bench/micro [--benchmark_filter=Pick ...]
+#include <arpa/inet.h>
 #include <benchmark/benchmark.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <fmt/format.h>
 
 #include <fstream>
@@ -17,6 +21,7 @@
 
 #include "kprism/buffer_pool.h"
 #include "kprism/config.h"
+#include "kprism/handover.h"
 #include "kprism/http_response.h"
 #include "kprism/log.h"
 #include "kprism/metrics.h"
@@ -355,5 +360,59 @@ void BM_Metrics(benchmark::State& state) {
     state.counters["out_bytes"] = static_cast<double>(bytes);
 }
 BENCHMARK(BM_Metrics)->Name("Metrics/render")->Arg(3)->Arg(50);
+
+// One crash copy (server_crash.cc, keep_on_crash) of N established connections, the work kprism
+// does for it at most once a second: each connection's four addresses, the record, the memfd, and
+// both sockets queued on a new carrier. N loopback TCP connections stand for the client and
+// upstream sockets (one connection's two ends as one kprism connection's two sockets).
+void BM_CrashCopy(benchmark::State& state) {
+    const size_t n = static_cast<size_t>(state.range(0));
+    int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 4096) != 0 ||
+        ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &alen) != 0) {
+        state.SkipWithError("listen");
+        return;
+    }
+    std::vector<int> socks;
+    for (size_t i = 0; i < n; ++i) {
+        int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (::connect(c, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+            state.SkipWithError("connect (RLIMIT_NOFILE?)");
+            return;
+        }
+        socks.push_back(c);
+        socks.push_back(::accept4(l, nullptr, nullptr, SOCK_CLOEXEC));
+    }
+    size_t bytes = 0;
+    for (auto _ : state) {
+        std::vector<kprism::handover::Entry> entries;
+        for (size_t i = 0; i < n; ++i) {
+            kprism::handover::Entry e;
+            e.client_local = kprism::handover::local_address(socks[2 * i]);
+            e.client_peer = kprism::handover::peer_address(socks[2 * i]);
+            e.upstream_local = kprism::handover::local_address(socks[2 * i + 1]);
+            e.upstream_peer = kprism::handover::peer_address(socks[2 * i + 1]);
+            e.upstream = "10.0.0.1:6443";
+            entries.push_back(std::move(e));
+        }
+        std::string record = kprism::handover::serialize(entries), error;
+        bytes = record.size();
+        int mfd = kprism::handover::record_memfd(record, error);
+        size_t sent = 0;
+        int carrier = kprism::handover::pack_fds(socks, sent, error);
+        if (sent != socks.size()) state.SkipWithError(error.c_str());
+        ::close(mfd);
+        ::close(carrier);
+    }
+    for (int fd : socks) ::close(fd);
+    ::close(l);
+    state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+    state.counters["record_bytes"] = static_cast<double>(bytes);
+}
+BENCHMARK(BM_CrashCopy)->Name("CrashCopy/connections")->Arg(100)->Arg(1000)->Arg(4000)->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -24,6 +24,7 @@ Snapshot take_snapshot(Server& srv) {
     s.pid = static_cast<int64_t>(getpid());
     s.stats = srv.stats();
     s.connections_active = srv.active_connections();
+    s.crash_copy_connections = srv.crash_copy_on() ? static_cast<int64_t>(srv.crash_copy_connections()) : -1;
     s.fail_open = srv.control().failing_open();
     s.etcd_quorum_lost = srv.control().etcd_quorum_lost();
     s.draining = srv.draining();
@@ -104,6 +105,9 @@ std::string render_metrics(const Snapshot& s) {
     w.family("kprism_connections_resumed_total", "counter",
              "Established connections taken over from the previous kprism process at a restart.");
     w.sample("", s.stats.resumed);
+    w.family("kprism_crash_copy_connections", "gauge",
+             "Established connections in the crash copy in systemd's fd store (keep_on_crash); no sample when it is off.");
+    if (s.crash_copy_connections >= 0) w.sample("", static_cast<uint64_t>(s.crash_copy_connections));
     w.family("kprism_connections_rejected_total", "counter", "Client connections reset because max_connections was reached.");
     w.sample("", s.stats.rejected);
     w.family("kprism_client_failures_total", "counter", "Client connections reset because every candidate upstream failed them (or fail-closed refused them).");

@@ -23,6 +23,7 @@ struct Snapshot {
     int64_t pid = 0;  // the daemon's process id
     Stats stats;
     uint64_t connections_active = 0;
+    int64_t crash_copy_connections = -1;  // in the stored crash copy; -1: keep_on_crash off or unavailable
     bool fail_open = false;
     bool etcd_quorum_lost = false;
     bool draining = false;

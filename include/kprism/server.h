@@ -114,7 +114,8 @@ public:
     bool handing_over() const { return handover_.active; }
     // A connection was spliced, resumed, or one in the crash copy closed (server_crash.cc).
     void crash_copy_changed() { crash_.changed = true; }
-    // Connections in the crash copy now stored (0 when keep_on_crash is off or unavailable).
+    // keep_on_crash is on (a store exists), and how many connections the stored copy holds.
+    bool crash_copy_on() const { return crash_.on; }
     size_t crash_copy_connections() const { return crash_.connections; }
     // SIGUSR2: restart in place (server_restart.cc). The executable kprism was started from (as
     // it is on disk now, so an upgraded binary) is run with `check` and the same flags; if it

@@ -552,6 +552,10 @@ std::string crash_record(FdStore& store) {
     return "";
 }
 
+bool has_metric_line(const std::string& metrics, const std::string& line) {
+    return ("\n" + metrics).find("\n" + line + "\n") != std::string::npos;
+}
+
 bool crash_copy_holds(FdStore& store, size_t conns) {
     return crash_record(store).find("\nend " + std::to_string(conns) + "\n") != std::string::npos;
 }
@@ -573,6 +577,7 @@ TEST(CrashCopy, IdleConnectionsSurviveSigkill) {
     ASSERT_TRUE(eventually([&] { return crash_copy_holds(store, kConns); })) << k1->output();
     EXPECT_EQ(store.count("crash-data"), 1u) << "the listener";
     EXPECT_EQ(store.count("crash-conn-0") + store.count("crash-conn-1"), 1u) << "one generation at a time";
+    EXPECT_TRUE(has_metric_line(http_get(k1->admin_port, "/metrics"), "kprism_crash_copy_connections 8"));
     k1->signal(SIGKILL);
     k1->wait(5000ms);
     for (auto& c : cs) EXPECT_TRUE(still_open(c->fd));
@@ -652,6 +657,7 @@ TEST(CrashCopy, OffStoresNothing) {
     EXPECT_EQ(crash_record(store), "");
     EXPECT_EQ(store.count("crash-data"), 0u);
     EXPECT_EQ(k1->output().find("keep_on_crash"), std::string::npos) << k1->output();
+    EXPECT_FALSE(has_metric_line(http_get(k1->admin_port, "/metrics"), "kprism_crash_copy_connections 0"));
     Kprism nostore({up.endpoint()}, {}, Spawn{{store.env()}, {}});
     ASSERT_TRUE(nostore.wait_output("keep_on_crash: off, no file descriptor store")) << nostore.output();
 }

@@ -7,12 +7,42 @@ client certificate, each with one GET /version, then reads commands on stdin, on
   get    one GET /version on every held connection; prints
          "get ok=K failed=F same_socket=S served_by=NAME,..." (same_socket: the connection's local
          port is the one it had at the start, so no reconnect happened underneath)
+  churn S  new TLS connections for S seconds from 4 threads, each closed after its handshake,
+         the held ones left alone; prints "churn n=N failed=F per_s=R"
   quit   closes them and exits.
 Prints "open N" once the connections are up (or "open-failed ..." and exits 1)."""
 
 import http.client
+import socket
 import ssl
 import sys
+import threading
+import time
+
+
+def churn(port, ctx, seconds, threads=4):
+    """New TLS connections (handshake with the client certificate, then closed) from `threads`
+    threads for `seconds`."""
+    counts = [[0, 0] for _ in range(threads)]  # done, failed
+    start = time.monotonic()
+
+    def run(mine):
+        while time.monotonic() - start < seconds:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+                    with ctx.wrap_socket(raw, server_hostname="127.0.0.1"):
+                        mine[0] += 1
+            except OSError:
+                mine[1] += 1
+
+    ts = [threading.Thread(target=run, args=(c,)) for c in counts]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    took = time.monotonic() - start
+    n, failed = sum(c[0] for c in counts), sum(c[1] for c in counts)
+    return f"churn n={n} failed={failed} per_s={n / took:.1f}"
 
 
 def main():
@@ -38,6 +68,9 @@ def main():
         cmd = line.strip()
         if cmd == "quit":
             break
+        if cmd.startswith("churn "):
+            print(churn(port, ctx, float(cmd.split()[1])), flush=True)
+            continue
         if cmd != "get":
             print(f"unknown command {cmd!r}", flush=True)
             continue

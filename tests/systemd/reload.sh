@@ -325,6 +325,14 @@ grep -q 'path=/usr/bin/kprism ; argv\[\]=/usr/bin/kprism reload --config /etc/kp
 # ---- Start. ----
 write_config "\"$standin_a\""
 prop() { C systemctl show -p "$1" --value kprism.service; }
+new_main() {  # new_main PID: another kprism than PID runs and is ready (Type=notify: active)
+    local p; p=$(prop MainPID)
+    [ "$p" != 0 ] && [ "$p" != "$1" ] && [ "$(prop ActiveState)" = active ]
+}
+crash_restart() {  # SIGKILL kprism, then wait for the one systemd starts next
+    local p0; p0=$(prop MainPID)
+    C systemctl kill -s KILL kprism.service && wait_for 30 new_main "$p0"
+}
 jcursor() { C journalctl -u kprism.service -n 0 --show-cursor --no-pager | sed -n 's/^-- cursor: //p'; }
 jsince() {  # the unit's journal after cursor $1 (all of it when $1 is empty: nothing logged before)
     if [ -n "$1" ]; then C journalctl -u kprism.service --after-cursor="$1" --no-pager -o cat
@@ -525,12 +533,29 @@ if [ "$held_line" = "open $HELD" ]; then
             bad "upgrade: the held connections did not all survive"
         fi
     fi
+    # A crash: systemd's next kprism resumes them from the crash copy (keep_on_crash).
+    c7=$(jcursor)
+    if crash_restart; then
+        held get
+        j=$(jsince "$c7")
+        if [[ $held_line == "get ok=$HELD failed=0 same_socket=$HELD "* ]] \
+                && grep -q "msg=\"resumed connections kept from before a crash (keep_on_crash)\" resumed=$HELD closed_unmatched=0" <<<"$j"; then
+            ok "SIGKILL (systemctl kill -s KILL, Restart=always): all $HELD connections answer on their own sockets ($held_line)"
+        else
+            echo "$held_line" | indent; grep -E 'resumed|crash|keep_on|listening' <<<"$j" | indent
+            bad "SIGKILL: the held connections did not all survive"
+        fi
+    else
+        bad "SIGKILL: no new kprism within 30 s ($(prop ActiveState), MainPID $(prop MainPID))"
+    fi
     through standin_a standin_b && ok "after the restarts a new connection is served" || bad "no new connection after the restarts"
     nres=$(curl -s -m 3 "http://127.0.0.1:$APORT/metrics" | sed -n 's/^kprism_connections_resumed_total //p')  # this process's
-    [ "$nres" = "$HELD" ] && ok "kprism_connections_resumed_total $nres" || bad "kprism_connections_resumed_total '$nres'"
-    # The store is empty again while kprism runs: kprism took its descriptors out (FDSTOREREMOVE).
+    [ "$nres" = "$HELD" ] && ok "kprism_connections_resumed_total $nres (after the crash)" || bad "kprism_connections_resumed_total '$nres'"
+    # While kprism runs the store holds only its crash copy (keep_on_crash): the listener, the
+    # carrier of the held connections and the record; the handover's descriptors were taken out.
     nfd=$(prop NFileDescriptorStore)
-    [ "$nfd" = 0 ] && ok "NFileDescriptorStore=0 while kprism runs" || bad "NFileDescriptorStore=$nfd while kprism runs"
+    [ "$nfd" = 3 ] && ok "NFileDescriptorStore=3 while kprism runs (the crash copy: listener, carrier, record)" \
+        || bad "NFileDescriptorStore=$nfd while kprism runs"
     # stop ends them (systemd closes the store once the unit is stopped).
     C systemctl stop kprism.service
     held get
@@ -550,6 +575,9 @@ held quit; wait "$HELDC_PID" 2>/dev/null
 # upgrades, with a new TLS connection every 20 ms timed across each. Then the same through HAProxy
 # in master-worker mode with kubespray's settings: WATCH_RESTARTS reloads (SIGUSR2), one restart.
 WATCHERS=${WATCHERS:-50} WATCH_RESTARTS=${WATCH_RESTARTS:-2} WATCH_UPGRADES=${WATCH_UPGRADES:-1}
+# And WATCH_CRASHES (1) SIGKILLs (systemctl kill -s KILL; Restart=always starts the next one after
+# RestartSec=), survived through the crash copy (keep_on_crash).
+WATCH_CRASHES=${WATCH_CRASHES:-1}
 APISERVER=$(realpath -m "$BUILD/kprism-apiserver")
 watch_line=''
 wcmd() {  # wcmd CMD: send CMD to the watchers, their answer in $watch_line (none once they exited)
@@ -594,13 +622,18 @@ else
         wcmd check
         note "before: $watch_line"
         worst=0 walls='' waits='' fails=0 pn=0
-        for kind in restart upgrade; do
-            count=$WATCH_RESTARTS; [ $kind = upgrade ] && count=$WATCH_UPGRADES
+        for kind in restart upgrade crash; do
+            count=$WATCH_RESTARTS; [ $kind = upgrade ] && count=$WATCH_UPGRADES; [ $kind = crash ] && count=$WATCH_CRASHES
             [ $kind = upgrade ] && [ "$how" != deb ] && { note "upgrades: kprism not installed from the package"; continue; }
             for i in $(seq 1 "$count"); do
-                pid0=$(prop MainPID)
+                pid0=$(prop MainPID) c8=$(jcursor)
                 if [ $kind = restart ]; then timed C systemctl restart kprism.service
-                else timed C dpkg -i /root/kprism.deb; fi
+                elif [ $kind = upgrade ]; then timed C dpkg -i /root/kprism.deb
+                else
+                    timed crash_restart
+                    jsince "$c8" | grep -q 'msg="resumed connections kept from before a crash (keep_on_crash)"' \
+                        || { jsince "$c8" | grep -E 'resumed|crash|keep_on' | indent; bad "crash $i: no resume from the crash copy"; }
+                fi
                 pw=$(sed -n 's/.* max_ms=\([0-9.]*\).*/\1/p' <<<"$probe_line")
                 pf=$(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$probe_line")
                 pn=$((pn + $(sed -n 's/^probed n=\([0-9]*\).*/\1/p' <<<"$probe_line")))
@@ -613,7 +646,7 @@ else
                 fi
             done
         done
-        kp_summary="kprism: $watch_line; $pn new connections during the restarts and upgrades, $fails failed, the slowest of each (ms):$waits; restart/upgrade took (ms):$walls"
+        kp_summary="kprism: $watch_line; $pn new connections during the restarts, upgrades and crashes, $fails failed, the slowest of each (ms):$waits; restart/upgrade/crash took (ms):$walls"
         note "$kp_summary"
     else
         bad "watches through kprism: $watch_line $(tail -3 "$T/watchers.log")"
@@ -689,6 +722,36 @@ HCFG
     fi
     write_config "\"$standin_b\", \"$standin_a\""
     C systemctl reload kprism.service >/dev/null 2>&1 && wait_for 10 ups 2 || bad "watches: kprism did not return to the stand-ins"
+fi
+
+# ---- What keep_on_crash costs (CRASH_COST=SECONDS; unset: skipped; make bench-restart: 10). ----
+# CRASH_IDLE (1000) idle TLS keep-alive connections held through kprism, then new TLS connections
+# from 4 threads, each closed after its handshake, for SECONDS (each one changes the copy, so it
+# is replaced every second with all the idle ones in it): keep_on_crash off and on, alternating, two
+# rounds each. Per mode: connections/s, kprism's CPU per 1000 of them, systemd's (PID 1) CPU per
+# second, kprism's and systemd's RSS with the idle connections held.
+cpu_ms() { C cat "/proc/$1/stat" | awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000 / hz}'; }
+rss_kib() { C awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+if [ -n "${CRASH_COST:-}" ]; then
+    CRASH_IDLE=${CRASH_IDLE:-1000}
+    for round in 1 2; do
+        for mode in false true; do
+            write_config "\"$standin_b\", \"$standin_a\"" "s/^keep_on_crash = .*/keep_on_crash = $mode/"
+            C systemctl restart kprism.service && wait_for 10 ups 2 || bad "crash cost: kprism did not restart"
+            coproc COSTC { exec python3 tests/systemd/held_tls.py "$DPORT" "$CRASH_IDLE" "$pki/ca.crt" "$pki/client1.crt" \
+                "$pki/client1.key" 2>&1; }
+            cost_line=''
+            read -r -t 120 cost_line <&"${COSTC[0]}"
+            if [ "$cost_line" != "open $CRASH_IDLE" ]; then bad "crash cost: $cost_line"; break 2; fi
+            kp=$(prop MainPID)
+            k0=$(cpu_ms "$kp") s0=$(cpu_ms 1)
+            echo "churn $CRASH_COST" >&"${COSTC[1]}"; read -r -t $((CRASH_COST + 60)) cost_line <&"${COSTC[0]}"
+            k1=$(cpu_ms "$kp") s1=$(cpu_ms 1)
+            n=$(sed -n 's/.* n=\([0-9]*\).*/\1/p' <<<"$cost_line")
+            note "crash cost round $round keep_on_crash=$mode: $cost_line; kprism $(awk -v a="$k0" -v b="$k1" -v n="${n:-1}" 'BEGIN {printf "%.1f", (b - a) * 1000 / (n > 0 ? n : 1)}') ms CPU per 1000 connections, systemd $(awk -v a="$s0" -v b="$s1" -v t="$CRASH_COST" 'BEGIN {printf "%.1f", (b - a) / t}') ms CPU per second; RSS with $CRASH_IDLE idle: kprism $(rss_kib "$kp") KiB, systemd $(rss_kib 1) KiB; NFileDescriptorStore=$(prop NFileDescriptorStore)"
+            echo quit >&"${COSTC[1]}"; wait "$COSTC_PID" 2>/dev/null
+        done
+    done
 fi
 
 # ---- What storing every connection at its start would cost (bench/fdstore_cost.cc). ----

@@ -830,7 +830,7 @@ TEST(Config, ReloadableColumn) {
     std::vector<std::string> restart_only;
     for (const auto& o : options())
         if (!o.reloadable) restart_only.push_back(o.key);
-    EXPECT_EQ(restart_only, (std::vector<std::string>{"discovery.enabled", "discovery.snapshot_file",
+    EXPECT_EQ(restart_only, (std::vector<std::string>{"keep_on_crash", "discovery.enabled", "discovery.snapshot_file",
                                                       "discovery.snapshot_max_age", "health.bind_address",
                                                       "health.port"}));
 }

@@ -45,6 +45,7 @@ const char* const kFamilies[][2] = {
     {"kprism_connections_active", "gauge"},
     {"kprism_connections_accepted_total", "counter"},
     {"kprism_connections_resumed_total", "counter"},
+    {"kprism_crash_copy_connections", "gauge"},
     {"kprism_connections_rejected_total", "counter"},
     {"kprism_client_failures_total", "counter"},
     {"kprism_connections_replayed_total", "counter"},
