@@ -122,12 +122,13 @@ bench-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what discovery cos
 # Issue 17: restarts under a real systemd (tests/systemd/reload.sh, bench/RESULTS.md "Restarts"):
 # RESTART_WATCHERS (1000) watches through kprism across RESTART_COUNT (10) `systemctl restart`s
 # and as many `dpkg -i` upgrades and SIGKILLs (the crash copy), then through HAProxy (master-worker) across as many reloads and
-# one restart, new connections timed throughout; then what keeping every connection in the fd
+# one restart, new connections timed throughout; what keep_on_crash costs (CRASH_COST: 1000 idle
+# connections and a churn of new ones, off and on); then what keeping every connection in the fd
 # store from its start would cost (bench/fdstore_cost.cc at 1000 and 4000 connections, with and
-# without). Root; about 5 minutes plus the package build.
+# without). Root; about 8 minutes plus the package build.
 ## RESTART_WATCHERS=1000 RESTART_COUNT=10: watches and restarts of `make bench-restart`
 .PHONY: bench-restart
 bench-restart: deb $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver $(BUILD)/bench/fdstore_cost ## watches across 10 systemd restarts, 10 upgrades and 10 SIGKILLs of kprism, HAProxy's reloads beside; the fd store's cost per connection (root; about 5 min)
 	BUILD=$(BUILD) KPRISM_INSTALL=deb WATCHERS=$(or $(RESTART_WATCHERS),1000) WATCH_RESTARTS=$(or $(RESTART_COUNT),10) \
-		WATCH_UPGRADES=$(or $(RESTART_COUNT),10) WATCH_CRASHES=$(or $(RESTART_COUNT),10) FDSTORE_COST="1000 4000" \
+		WATCH_UPGRADES=$(or $(RESTART_COUNT),10) WATCH_CRASHES=$(or $(RESTART_COUNT),10) FDSTORE_COST="1000 4000" CRASH_COST=10 \
 		tests/systemd/reload.sh
