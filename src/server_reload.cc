@@ -104,6 +104,7 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
         }
         fresh.push_back(std::move(l));
     }
+    bool changed = !fresh.empty();
     for (auto it = listeners_.begin(); it != listeners_.end();) {
         bool keep = false;
         for (const auto& addr : next.listen) keep = keep || (*it)->name == sockaddr_str(addr);
@@ -111,13 +112,13 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
             ++it;
             continue;
         }
+        changed = true;
         summary += " listener_removed=" + (*it)->name;
         log::info("stopped listening", {{"address", (*it)->name}, {"reason", "reload"}});
         (*it)->close();
         retired_listeners_.push_back(std::move(*it));
         it = listeners_.erase(it);
     }
-    const bool changed = !fresh.empty() || summary.find(" listener_removed=") != std::string::npos;
     for (auto& f : fresh) {
         summary += " listener_added=" + f->name;
         log::info("listening", {{"address", f->name}});

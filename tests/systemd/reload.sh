@@ -638,8 +638,11 @@ else
                 pf=$(sed -n 's/.* failed=\([0-9]*\).*/\1/p' <<<"$probe_line")
                 pn=$((pn + $(sed -n 's/^probed n=\([0-9]*\).*/\1/p' <<<"$probe_line")))
                 fails=$((fails + ${pf:-1})); waits+=" ${pw:-?}"; walls+=" $took_ms"
+                # A crash cannot keep a new connection that was being made at that moment (not in
+                # the copy yet, kprism(8) Restarts): the prober has at most one or two in flight.
+                allowed=0; [ $kind = crash ] && allowed=2
                 if [[ $watch_line == "check open=$WATCHERS ended=0 lost=0 duplicated=0 corrupted=0 behind=0 "* ]] \
-                        && [ "$(prop MainPID)" != "$pid0" ] && [ "${pf:-1}" = 0 ]; then
+                        && [ "$(prop MainPID)" != "$pid0" ] && [ "${pf:-99}" -le "$allowed" ]; then
                     ok "watches: $kind $i ($took_ms ms, MainPID $pid0 -> $(prop MainPID)): $watch_line; new connections: $probe_line"
                 else
                     bad "watches: $kind $i ($took_ms ms, MainPID $pid0 -> $(prop MainPID)): $watch_line; new connections: $probe_line"
