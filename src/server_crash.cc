@@ -86,7 +86,7 @@ void Server::copy_for_crash() {
     const size_t kept = carrier >= 0 ? sent / 2 : 0;
     entries.resize(kept);
     for (size_t i = 0; i < kept; ++i) copied[i]->mark_stored();
-    bool ok = true;
+    bool ok = kept > 0 || copied.empty();  // none of them queued: keep the previous copy
     if (kept > 0) {
         int mfd = handover::record_memfd(handover::serialize(entries), error);
         ok = mfd >= 0 && notify::fdstore(handover::crash_connection_name(next), &carrier, 1, false) &&
@@ -100,10 +100,15 @@ void Server::copy_for_crash() {
     }
     if (carrier >= 0) ::close(carrier);
     if (!ok) {
-        log::warn("keep_on_crash: cannot store a new copy; the previous one stays", {{"error", error}});
-        crash_.changed = true;  // try again at the next tick
+        if (!crash_.failing)
+            log::warn("keep_on_crash: cannot store a new copy; the previous one stays, trying again every second",
+                      {{"error", error}});
+        crash_.failing = true;
+        crash_.changed = true;
         return;
     }
+    if (crash_.failing) log::info("keep_on_crash: a new copy is stored again", {{"copied", static_cast<uint64_t>(kept)}});
+    crash_.failing = false;
     if (crash_.stored) {
         notify::fdstore_remove(handover::crash_connection_name(crash_.generation));
         notify::fdstore_remove(handover::crash_state_name(crash_.generation));

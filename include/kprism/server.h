@@ -173,6 +173,7 @@ private:
         unsigned generation = 0;
         size_t connections = 0;         // in the stored copy
         bool partial = false;           // the last copy could not hold every connection (logged once)
+        bool failing = false;           // the last copy could not be stored (logged once)
         uv_timer_t timer{};
     };
     void start_crash_copy();
