@@ -15,8 +15,8 @@ IT=${KPRISM_IT:-$PWD/build/tests/integration}
 # Left out, because the static build refuses hostnames: Upstream.UnresolvableHostnameIsAWarningNotFatal,
 # Lifecycle.BadConfigurationsExitOneWithMessage and Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond.
 # The static build is the one without libsystemd: every notify, socket activation, lifecycle and
-# restart handover test runs against it (its hand-built sd_notify protocol).
-FILTER='Splice.*:Upstream.RefusedIsRetriedOnAnother:Health.EveryResultClass:Health.SessionsAreResumed:Notify.*:Lifecycle.*:Handover.*-Lifecycle.BadConfigurationsExitOneWithMessage:Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond'
+# restart handover and crash copy test runs against it (its hand-built sd_notify protocol).
+FILTER='Splice.*:Upstream.RefusedIsRetriedOnAnother:Health.EveryResultClass:Health.SessionsAreResumed:Notify.*:Lifecycle.*:Handover.*:CrashCopy.*-Lifecycle.BadConfigurationsExitOneWithMessage:Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond'
 HOSTNAME_ERR="endpoints: 'api.example:6443' is a hostname; this static build cannot resolve names - use IP addresses (or the dynamic build)"
 
 passed=0; failed=0
