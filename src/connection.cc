@@ -250,8 +250,7 @@ void Connection::start_splicing() {
 // connection is simply bound to its upstream.
 void Connection::keep_first_flight(const char* p, size_t n) {
     if (first_flight_.size() + n > kMaxFirstFlight) {
-        awaiting_answer_ = false;
-        srv_.crash_copy_changed();
+        stop_awaiting_answer();
         std::string().swap(first_flight_);
         if (timer_for_ == TimerFor::first_response) {
             uv_timer_stop(&timer_);
@@ -267,10 +266,16 @@ void Connection::keep_first_flight(const char* p, size_t n) {
     }
 }
 
+// No replay any more: the connection is bound to its upstream, and may go into the crash copy.
+void Connection::stop_awaiting_answer() {
+    if (!awaiting_answer_) return;
+    awaiting_answer_ = false;
+    srv_.crash_copy_changed();
+}
+
 // The upstream sent its first byte: from now on the connection is bound to it.
 void Connection::answered() {
-    awaiting_answer_ = false;
-    srv_.crash_copy_changed();  // it can go into the crash copy now (no replay any more)
+    stop_awaiting_answer();
     if (timer_for_ == TimerFor::first_response) {
         uv_timer_stop(&timer_);
         timer_for_ = TimerFor::none;
@@ -352,10 +357,7 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
     if (nread == UV_EOF) {
         from.eof = true;
-        if (client_side && awaiting_answer_) {  // a half-closed client is never replayed
-            awaiting_answer_ = false;
-            srv_.crash_copy_changed();
-        }
+        if (client_side) stop_awaiting_answer();  // a half-closed client is never replayed
         uv_read_stop(stream(from.tcp));
         // The last FIN: `to` finished first and nothing is queued either way, so both sockets are
         // read to EOF and close(2) sends each its FIN (also the one a pending shutdown of `from`

@@ -18,6 +18,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "kprism/address.h"
 
@@ -254,6 +255,22 @@ bool parse(std::string_view text, std::vector<Entry>& out, std::string& error) {
         e.age_ms = age;
         out.push_back(std::move(e));
     }
+}
+
+std::vector<Entry> merge(const std::vector<std::string>& records, std::string& error) {
+    std::vector<Entry> out;
+    std::set<std::string> seen;
+    for (const std::string& r : records) {
+        std::vector<Entry> part;
+        std::string why;
+        if (!parse(r, part, why)) {
+            error = why;
+            continue;
+        }
+        for (Entry& e : part)
+            if (seen.insert(e.client_local + " " + e.client_peer).second) out.push_back(std::move(e));
+    }
+    return out;
 }
 
 std::string local_address(int fd) { return address_of(fd, false); }

@@ -109,11 +109,10 @@ void Server::copy_for_crash() {
     }
     if (crash_.failing) log::info("keep_on_crash: a new copy is stored again", {{"copied", static_cast<uint64_t>(kept)}});
     crash_.failing = false;
-    if (crash_.stored) {
+    if (crash_.connections > 0) {
         notify::fdstore_remove(handover::crash_connection_name(crash_.generation));
         notify::fdstore_remove(handover::crash_state_name(crash_.generation));
     }
-    crash_.stored = kept > 0;
     crash_.generation = next;
     crash_.connections = kept;
     const bool partial = kept < copied.size() || entries.size() == handover::kMaxEntries;
@@ -137,7 +136,6 @@ void Server::drop_crash_copy() {
     if (!crash_.on) return;
     crash_.on = false;
     for (const std::string& name : handover::crash_names()) notify::fdstore_remove(name);
-    crash_.stored = false;
     crash_.connections = 0;
     uv_close(reinterpret_cast<uv_handle_t*>(&crash_.timer), nullptr);
 }

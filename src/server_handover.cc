@@ -8,7 +8,6 @@
 #include <fcntl.h>
 
 #include <map>
-#include <set>
 
 #include "kprism/connection.h"
 #include "kprism/handover.h"
@@ -223,17 +222,9 @@ void Server::resume_handover() {
     const bool after_crash = states == 0 && !crash_records.empty();
     std::vector<handover::Entry> entries;
     if (after_crash) {
-        std::set<std::string> seen;  // a connection in both generations is taken once
-        for (const std::string& r : crash_records) {
-            std::vector<handover::Entry> part;
-            std::string why;
-            if (!handover::parse(r, part, why)) {
-                error = "crash copy: " + why;
-                continue;
-            }
-            for (handover::Entry& e : part)
-                if (seen.insert(e.client_local + " " + e.client_peer).second) entries.push_back(std::move(e));
-        }
+        std::string why;
+        entries = handover::merge(crash_records, why);
+        if (!why.empty()) error = "crash copy: " + why;
     } else if (states != 1) {
         error = fmt::format("{} records passed, not one", states);
     } else if (error.empty()) {

@@ -98,6 +98,7 @@ private:
     void on_read(Side& from, Side& to, ssize_t nread);
     void maybe_finish();
     void answered();
+    void stop_awaiting_answer();
     void keep_first_flight(const char* p, size_t n);
     static constexpr size_t kMaxFirstFlight = 16 * 1024;
     bool try_replay(ConnectFailure why, const char* reason);

@@ -84,6 +84,10 @@ int record_memfd(const std::string& text, std::string& error);
 // The whole record or nothing: false with a reason (another version, a bad line, truncated: no
 // matching `end` line) and `out` empty.
 bool parse(std::string_view text, std::vector<Entry>& out, std::string& error);
+// The entries of several records (the crash copy's two generations, when a crash came between
+// storing one and removing the other), each connection (its client socket) once, in order. A
+// record that does not parse is left out, and `error` says why.
+std::vector<Entry> merge(const std::vector<std::string>& records, std::string& error);
 
 // The local or peer address of a socket as sockaddr_str prints it; empty when it has none.
 std::string local_address(int fd);

@@ -169,9 +169,8 @@ private:
         bool on = false;
         bool changed = false;           // since the last copy
         bool listeners_changed = false; // started, or a reload changed them
-        bool stored = false;            // a copy is stored, under `generation`
-        unsigned generation = 0;
-        size_t connections = 0;         // in the stored copy
+        unsigned generation = 0;        // of the stored copy, if any
+        size_t connections = 0;         // in the stored copy; 0: none is stored
         bool partial = false;           // the last copy could not hold every connection (logged once)
         bool failing = false;           // the last copy could not be stored (logged once)
         uv_timer_t timer{};

@@ -72,6 +72,24 @@ TEST(Handover, EmptyRecord) {
     EXPECT_TRUE(out.empty());
 }
 
+// The crash copy's two generations: each connection once, the newer entries after the older
+// ones; a record that does not parse is left out with its reason.
+TEST(Handover, MergeTakesEachConnectionOnce) {
+    std::string error;
+    std::vector<handover::Entry> got =
+        handover::merge({handover::serialize({entry(1), entry(2)}), handover::serialize({entry(2), entry(3)}),
+                         "kprism-handover 1\nconn x"},
+                        error);
+    ASSERT_EQ(got.size(), 3u);
+    EXPECT_EQ(got[0].client_peer, entry(1).client_peer);
+    EXPECT_EQ(got[1].client_peer, entry(2).client_peer);
+    EXPECT_EQ(got[2].client_peer, entry(3).client_peer);
+    EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+    error.clear();
+    EXPECT_TRUE(handover::merge({}, error).empty());
+    EXPECT_EQ(error, "");
+}
+
 TEST(Handover, BadRecordsAreRefusedWhole) {
     std::string good = handover::serialize({entry(0), entry(1), entry(2)});
     std::string why;
