@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// `kprism reload`: SIGHUP to the daemon that answers on the admin endpoint, then /status polled
-// until its reload generation moves (a blocking CLI, like `kprism status`).
+// `kprism reload`: SIGHUP to the daemon that answers on the admin endpoint, once /proc shows that
+// the pid it names is kprism and holds that endpoint's socket (or --pid names it), then /status
+// polled until its reload generation moves (a blocking CLI, like `kprism status`).
 #include "kprism/reload_cmd.h"
 
 #include <fmt/format.h>
@@ -12,7 +13,9 @@
 #include <cstring>
 #include <thread>
 
+#include "kprism/address.h"
 #include "kprism/duration.h"
+#include "kprism/process_identity.h"
 #include "kprism/status_cmd.h"
 
 namespace kprism {
@@ -30,6 +33,30 @@ template <class... Args>
 int fail(int code, fmt::format_string<Args...> f, Args&&... args) {
     fmt::print(stderr, "kprism reload: {}\n", fmt::format(f, std::forward<Args>(args)...));
     return code;
+}
+
+// Why the pid that the admin endpoint at `t` names must not be signalled, or "" when /proc shows
+// it is kprism and holds the endpoint's listening socket. Anything may answer on a port while
+// kprism is down, and name any pid.
+std::string not_the_daemon(const proc::ProcessRef& p, const AdminTarget& t) {
+    const std::string who = fmt::format("pid {}, which the admin endpoint at {} names,", p.pid(), t.where);
+    auto unknown = [&](const std::string& why) {
+        return fmt::format("cannot tell whether {} is the kprism listening there: {}; nothing was sent (run "
+                           "kprism reload as root or as kprism's user, or name the daemon with --pid)",
+                           who, why);
+    };
+    if (p.signal(0) == ESRCH) return fmt::format("{} does not exist; nothing was sent", who);
+    proc::Finding exe = proc::runs_kprism(p.pid());
+    if (exe.answer == proc::Answer::unknown) return unknown(exe.detail);
+    if (exe.answer == proc::Answer::no)
+        return fmt::format("{} is not kprism ({}); nothing was sent", who, exe.detail);
+    sockaddr_storage ss{};
+    if (!ip_to_sockaddr(t.host, t.port, ss)) return unknown(fmt::format("{} is not an IP address", t.host));
+    proc::Finding sock = proc::holds_listener(p.pid(), ss);
+    if (sock.answer == proc::Answer::unknown) return unknown(sock.detail);
+    if (sock.answer == proc::Answer::no)
+        return fmt::format("{} is a kprism that does not hold the listening socket there; nothing was sent", who);
+    return "";
 }
 
 }  // namespace
@@ -71,8 +98,15 @@ int reload_command(const CommandLine& cl) {
     if (cl.reload_pid != 0 && cl.reload_pid != pid)
         return fail(kReloadError, "the admin endpoint at {} belongs to pid {}, not --pid {}; nothing was reloaded",
                     t.where, pid, cl.reload_pid);
-    if (::kill(static_cast<pid_t>(pid), SIGHUP) != 0)
-        return fail(kReloadError, "cannot send SIGHUP to kprism (pid {}): {}", pid, std::strerror(errno));
+    // Pinned before the checks: a signal never reaches a process that got the pid after them.
+    proc::ProcessRef daemon(static_cast<pid_t>(pid));
+    // --pid is the caller's word (systemd's $MAINPID) for which process to signal; the answer on
+    // the port could only make the command refuse. Without it the pid comes from whatever
+    // answered, and must be shown to be the daemon listening there.
+    if (cl.reload_pid == 0)
+        if (std::string why = not_the_daemon(daemon, t); !why.empty()) return fail(kReloadError, "{}", why);
+    if (int e = daemon.signal(SIGHUP); e != 0)
+        return fail(kReloadError, "cannot send SIGHUP to kprism (pid {}): {}", pid, std::strerror(e));
     for (;;) {
         std::this_thread::sleep_for(std::chrono::milliseconds(std::min(kReloadPollMs, ms_left(deadline))));
         if (ms_left(deadline) == 0) break;
@@ -92,7 +126,7 @@ int reload_command(const CommandLine& cl) {
             return fail(kReloadRejected, "reload failed; the old configuration keeps serving: {}",
                         now.reload.last_error.empty() ? "no reason given" : now.reload.last_error);
         }
-        if (r != FetchStatus::ok && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        if (r != FetchStatus::ok && daemon.signal(0) == ESRCH)
             return fail(kReloadError, "kprism (pid {}) exited during the reload", pid);
     }
     return fail(kReloadTimeout, "no outcome from kprism (pid {}) within {} of SIGHUP (see its log); raise --timeout "
