@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -212,6 +213,37 @@ Result reload_cmd(const Kprism& k, std::vector<std::string> args) {
     return run(argv, 40000ms);
 }
 
+// Something else than kprism on an admin port: it answers every /status with a document in the
+// form status.cc renders that names `pid`, and a reload generation that never moves.
+class FakeAdmin {
+public:
+    explicit FakeAdmin(pid_t pid)
+        : body_(R"({"version":"x","pid":)" + std::to_string(pid) +
+                R"(,"ready":true,"fail_open":false,"draining":false,"connections_active":0,)"
+                R"("reload":{"generation":4,"ok":4,"failed":0,"last_result":"ok","last_error":"","last_changes":"none","last_unix":1},"upstreams":[]})"),
+          server_([this](int fd) {
+              char buf[2048];
+              if (::recv(fd, buf, sizeof buf, 0) <= 0) return;
+              ++requests;
+              std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                                 std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
+              send_all(fd, resp.data(), resp.size());
+          }) {}
+    int port() const { return server_.port(); }
+    std::atomic<int> requests{0};
+
+private:
+    std::string body_;
+    TcpServer server_;
+};
+
+// What /proc/PID/exe names ("" when unreadable): a spawned child has exec'd once it is not ours.
+std::string exe_of(pid_t pid) {
+    char buf[4096];
+    ssize_t n = ::readlink(("/proc/" + std::to_string(pid) + "/exe").c_str(), buf, sizeof buf);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
 nlohmann::json status_json(int admin_port) {
     std::string raw = http_get(admin_port, "/status");
     size_t body = raw.find("\r\n\r\n");
@@ -368,18 +400,7 @@ TEST(ReloadCommand, WhileShuttingDownExitsOne) {
 TEST(ReloadCommand, NoOutcomeTimesOutWithThree) {
     // exec: the pid is sleep's own (SIGHUP stays ignored across exec), so nothing outlives the kill.
     Process deaf({"/bin/sh", "-c", "trap '' HUP; exec sleep 30"});
-    std::string body = R"({"version":"x","pid":)" + std::to_string(deaf.pid()) +
-                       R"(,"ready":true,"fail_open":false,"draining":false,"connections_active":0,)"
-                       R"("reload":{"generation":4,"ok":4,"failed":0,"last_result":"ok","last_error":"","last_changes":"none","last_unix":1},"upstreams":[]})";
-    std::atomic<int> requests{0};
-    TcpServer fake([&](int fd) {
-        char buf[2048];
-        if (::recv(fd, buf, sizeof buf, 0) <= 0) return;
-        ++requests;
-        std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-        send_all(fd, resp.data(), resp.size());
-    });
+    FakeAdmin fake(deaf.pid());
     std::this_thread::sleep_for(100ms);  // the shell has set its trap
     auto t0 = Clock::now();
     auto r = run({kprism_bin(), "reload", "--health-port", std::to_string(fake.port()), "--pid",
@@ -391,9 +412,80 @@ TEST(ReloadCommand, NoOutcomeTimesOutWithThree) {
         << r.output;
     EXPECT_GE(took, 600ms);
     EXPECT_LT(took, 3s);
-    EXPECT_GE(requests.load(), 5) << "polled every 50 ms";
+    EXPECT_GE(fake.requests.load(), 5) << "polled every 50 ms";
     EXPECT_TRUE(deaf.running());
     deaf.signal(SIGKILL);
+}
+
+// Anything that holds the admin port while kprism is down (any local user may bind it) answers
+// /status and names a pid. Without --pid, `kprism reload` signals that pid only when /proc shows a
+// kprism holding the listening socket it asked; otherwise exit status 2 and nothing is sent.
+TEST(ReloadCommand, ImpostorOnTheAdminPortGetsNothingSignalled) {
+    // Not kprism: sleep dies of SIGHUP.
+    Process sleeper({"/bin/sleep", "30"});
+    ASSERT_TRUE(eventually([&] { return exe_of(sleeper.pid()).find("sleep") != std::string::npos; }));
+    const std::string sleep_exe = exe_of(sleeper.pid());
+    FakeAdmin fake(sleeper.pid());
+    const std::string where = "127.0.0.1:" + std::to_string(fake.port());
+    auto r = run({kprism_bin(), "reload", "--health-port", std::to_string(fake.port()), "--timeout", "1s"});
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(r.output, "kprism reload: pid " + std::to_string(sleeper.pid()) + ", which the admin endpoint at " +
+                            where + " names, is not kprism (" + sleep_exe + "); nothing was sent\n");
+    EXPECT_FALSE(eventually([&] { return !sleeper.running(); }, 500ms)) << "the pid the impostor named got a signal";
+    EXPECT_TRUE(sleeper.running());
+
+    // A real kprism, but its admin socket is elsewhere: not the one that answered.
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    Kprism k({}, {"--config", cf.path});
+    FakeAdmin naming_kprism(k.pid());
+    auto other = run({kprism_bin(), "reload", "--health-port", std::to_string(naming_kprism.port()), "--timeout", "1s"});
+    EXPECT_EQ(other.code, 2) << other.output;
+    EXPECT_EQ(other.output, "kprism reload: pid " + std::to_string(k.pid()) + ", which the admin endpoint at 127.0.0.1:" +
+                                std::to_string(naming_kprism.port()) +
+                                " names, is a kprism that does not hold the listening socket there; nothing was sent\n");
+    EXPECT_FALSE(eventually([&] { return k.count_output("reloading configuration") > 0; }, 500ms))
+        << "kprism got SIGHUP: " << k.output();
+    EXPECT_EQ(status_json(k.admin_port)["reload"]["generation"], 0);
+    // Asked where it really listens, the same kprism is reloaded without --pid.
+    auto own = reload_cmd(k, {"--timeout", "10s"});
+    EXPECT_EQ(own.code, 0) << own.output;
+    EXPECT_EQ(status_json(k.admin_port)["reload"]["generation"], 1);
+    sleeper.signal(SIGKILL);
+}
+
+// Without --pid the daemon is found by its socket in /proc/net/tcp6 too.
+TEST(ReloadCommand, WithoutPidOnIpv6AdminAddress) {
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}, "[health]\nbind_address = \"::1\"\n"));
+    Kprism k({}, {"--config", cf.path});
+    auto r = reload_cmd(k, {"--config", cf.path});
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.output, "kprism reload: configuration reloaded: none\n");
+}
+
+// A kprism of another user (root here): /proc does not show an unprivileged user whether it holds
+// the socket, so without --pid nothing is sent and the message says what would do.
+TEST(ReloadCommand, AnotherUsersDaemonIsNotSignalledUnchecked) {
+    if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) GTEST_SKIP() << "needs root and setpriv";
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.endpoint()}));
+    Kprism k({}, {"--config", cf.path});
+    auto r = run({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", kprism_bin(), "reload",
+                  "--health-port", std::to_string(k.admin_port), "--timeout", "1s"});
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_EQ(r.output.rfind("kprism reload: cannot tell whether pid " + std::to_string(k.pid()) +
+                                 ", which the admin endpoint at 127.0.0.1:" + std::to_string(k.admin_port) +
+                                 " names, is the kprism listening there: /proc/" + std::to_string(k.pid()) +
+                                 "/exe: Permission denied; nothing was sent (",
+                             0),
+              0u)
+        << r.output;
+    EXPECT_NE(r.output.find("--pid)\n"), std::string::npos) << r.output;
+    EXPECT_FALSE(eventually([&] { return k.count_output("reloading configuration") > 0; }, 300ms)) << k.output();
 }
 
 // The admin address is a restart-only setting (OptionDef::reloadable): a reload that changes it
