@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "kprism/address.h"
@@ -94,6 +95,10 @@ int reload_command(const CommandLine& cl) {
     if (before.pid <= 0 || !before.has_reload)
         return fail(kReloadError, "the kprism at {} does not report its pid and reload results (an older version); "
                                   "send it SIGHUP instead", t.where);
+    // pid_t is 32 bits: 4294967295 would be -1, kill(-1) every process this user may signal.
+    if (before.pid > std::numeric_limits<pid_t>::max())
+        return fail(kReloadError, "unexpected answer from the admin endpoint at {}: pid {} is no process id; "
+                                  "nothing was sent", t.where, before.pid);
     const int64_t pid = before.pid;
     if (cl.reload_pid != 0 && cl.reload_pid != pid)
         return fail(kReloadError, "the admin endpoint at {} belongs to pid {}, not --pid {}; nothing was reloaded",

@@ -217,7 +217,7 @@ Result reload_cmd(const Kprism& k, std::vector<std::string> args) {
 // form status.cc renders that names `pid`, and a reload generation that never moves.
 class FakeAdmin {
 public:
-    explicit FakeAdmin(pid_t pid)
+    explicit FakeAdmin(int64_t pid)
         : body_(R"({"version":"x","pid":)" + std::to_string(pid) +
                 R"(,"ready":true,"fail_open":false,"draining":false,"connections_active":0,)"
                 R"("reload":{"generation":4,"ok":4,"failed":0,"last_result":"ok","last_error":"","last_changes":"none","last_unix":1},"upstreams":[]})"),
@@ -431,6 +431,14 @@ TEST(ReloadCommand, ImpostorOnTheAdminPortGetsNothingSignalled) {
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_EQ(r.output, "kprism reload: pid " + std::to_string(sleeper.pid()) + ", which the admin endpoint at " +
                             where + " names, is not kprism (" + sleep_exe + "); nothing was sent\n");
+    // A pid beyond pid_t, which would wrap around to the sleeper's (4294967295: -1, every process).
+    const int64_t wrapping = (int64_t{1} << 32) + sleeper.pid();
+    FakeAdmin beyond(wrapping);
+    auto wrapped = run({kprism_bin(), "reload", "--health-port", std::to_string(beyond.port()), "--timeout", "1s"});
+    EXPECT_EQ(wrapped.code, 2) << wrapped.output;
+    EXPECT_EQ(wrapped.output, "kprism reload: unexpected answer from the admin endpoint at 127.0.0.1:" +
+                                  std::to_string(beyond.port()) + ": pid " + std::to_string(wrapping) +
+                                  " is no process id; nothing was sent\n");
     EXPECT_FALSE(eventually([&] { return !sleeper.running(); }, 500ms)) << "the pid the impostor named got a signal";
     EXPECT_TRUE(sleeper.running());
 
