@@ -140,10 +140,11 @@ class Chaos:
         if len(self.faults) < cap and healthy:
             menu.append(("server_fault", 14))
         if not self.faults and self.etcd_wid is None:
-            menu.append(("etcd_all", 1.5))
+            menu += [("etcd_all", 1.5), ("outage", 2)]
+        menu.append(("churn", 1))
         kind = r.choices([m[0] for m in menu], [m[1] for m in menu])[0]
         if kind == "server_fault":
-            self.server_fault(r.choice(healthy))
+            self.server_fault("c4" if "c4" in healthy and r.random() < 0.4 else r.choice(healthy))
         else:
             getattr(self, kind)()
 
@@ -152,6 +153,7 @@ class Chaos:
         r = self.rng
         dur = r.uniform(1.5, 6.0)
         if name == "c4":
+            dur = r.uniform(3.5, 7.0)  # I8 judges an answer held for interval + timeout + margin
             kinds = ["etcd500", "shutdown500", "other500", "nocl500", "chunked500", "401", "503", "hang", "garbage",
                      "latency"] + (["blackhole"] if self.netns else [])
             f = r.choice(kinds)
@@ -260,6 +262,56 @@ class Chaos:
         self.ev.close(self.etcd_wid)
         self.etcd_wid = None
         self.ev.add("etcd_all_restore")
+
+    def outage(self):
+        """Every apiserver down at once for causes other than etcd (kprism fails open, connections go
+        to down upstreams), then back one at a time, c4 (still serving requests, /readyz 503) last:
+        its connections must be closed once another is up (I2)."""
+        r = self.rng
+        wid = self.ev.open("outage")
+        how = {}
+        for s in self.w.go:
+            f = r.choice(["kill", "hang", "blackhole"] if self.netns else ["kill", "hang"])
+            how[s.name] = f
+            self.faults[s.name] = (f, None)
+            if f == "kill":
+                self.w.go_kill(s)
+            elif f == "hang":
+                self.w.go_signal(s, signal.SIGSTOP)
+            else:
+                self.w.iptables("-I", s.addr)
+        self.w.set_c4("503")
+        self.faults["c4"] = ("503", None)
+        dur = r.uniform(3.0, 6.0)
+        self.ev.add("outage", "", f"every apiserver down ({', '.join(f'{k} {v}' for k, v in how.items())}, c4 503) "
+                                  f"for {dur:.1f}s, then back one by one")
+        order = list(self.w.go)
+        r.shuffle(order)
+        t = dur
+        for s in order:
+            self.later(t, self.go_heal, s)
+            t += r.uniform(0.5, 2.0)
+        self.later(t + r.uniform(4.0, 7.0), self.outage_end, wid)
+
+    def outage_end(self, wid):
+        self.c4_heal()
+        self.ev.close(wid)
+
+    def churn(self):
+        """Reloads in quick succession, each adding or removing c4's own address (127.0.0.24) as a
+        static endpoint: every removal retires a checker (I4 watches the memory)."""
+        n = self.rng.choice([20, 40, 60])
+        self.ev.add("churn", "kprism", f"{n} reloads 80 ms apart adding and removing {wd.C4_ADDR}:{self.w.port}")
+        for i in range(n):
+            eps = list(self.w.configured)
+            extra = f"{wd.C4_ADDR}:{self.w.port}"
+            eps = [e for e in eps if e != extra] if extra in eps else eps + [extra]
+            self.w.write_config(eps)
+            self.w.kp.signal(signal.SIGHUP)
+            time.sleep(0.08)
+        eps = [e for e in self.w.configured if e != f"{wd.C4_ADDR}:{self.w.port}"]
+        self.w.write_config(eps)
+        self.w.kp.signal(signal.SIGHUP)
 
     # ---- kprism
     def sighup(self):
