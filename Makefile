@@ -13,6 +13,7 @@
 #   mk/fuzz.mk      libFuzzer targets
 #   mk/faults.mk    fault injection and the soak
 #   mk/scenarios.mk the control-plane scenarios beside HAProxy
+#   mk/chaos.mk     make chaos: seeded random events, invariants checked
 #   mk/deps.mk      make deps
 #   mk/help.mk      make help (mk/help.awk): a target's `## ` comment on its rule line is its line
 #                   there, a `## NAME=default: ...` comment above a variable documents it
@@ -20,4 +21,4 @@
 .DEFAULT_GOAL := all
 
 include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
-	mk/deps.mk mk/help.mk
+	mk/chaos.mk mk/deps.mk mk/help.mk

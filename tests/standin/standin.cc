@@ -138,7 +138,10 @@ std::string trim(std::string s) {
 }
 
 // Current content of --readyz-file, trimmed; "200" when unset or missing. With `body`, a first
-// line "body CODE" is answered with the rest of the file, as it is, as the body.
+// line "body CODE" is answered with the rest of the file, as it is, as the body; a first line
+// "raw" or "rawclose" sends the rest of the file, as it is, as the whole response (status line,
+// headers and body: a chunked body, or one without Content-Length delimited by the close), then
+// keeps the connection ("raw") or closes it ("rawclose").
 std::string readyz_mode(std::string* body = nullptr) {
     if (g_readyz_file.empty()) return "200";
     std::ifstream f(g_readyz_file, std::ios::binary);
@@ -146,7 +149,7 @@ std::string readyz_mode(std::string* body = nullptr) {
     std::stringstream ss;
     ss << f.rdbuf();
     std::string all = ss.str();
-    if (all.rfind("body ", 0) == 0) {
+    if (all.rfind("body ", 0) == 0 || all.rfind("raw\n", 0) == 0 || all.rfind("rawclose\n", 0) == 0) {
         size_t nl = all.find('\n');
         if (body) *body = nl == std::string::npos ? "" : all.substr(nl + 1);
         return trim(all.substr(0, nl));
@@ -252,6 +255,11 @@ After serve_readyz(Conn& c, const std::string& path, const std::string& user, bo
     if (mode == "close") {
         log("close");
         return After::close;
+    }
+    if (mode == "raw" || mode == "rawclose") {
+        log(mode);
+        bool ok = c.write(custom);
+        return ok && mode == "raw" && !close_after ? After::keep : After::close;
     }
     if (mode.rfind("body ", 0) == 0) {
         int code = std::atoi(mode.c_str() + 5);
@@ -470,7 +478,8 @@ void usage() {
                "  --client-ca           require a client certificate signed by this CA\n"
                "  --readyz-file         re-read on every GET /readyz: 200 (default, also when missing),\n"
                "                        500, 401, 403, any 3-digit code, hang, slow MS, garbage, huge, huge500,\n"
-               "                        close, or a line \"body CODE\" and the body to answer after it\n"
+               "                        close, or a line \"body CODE\" and the body to answer after it, or a line\n"
+               "                        \"raw\" (then keep) or \"rawclose\" and the whole response after it\n"
                "  SIGUSR1               shuts down every connection being served at once\n");
 }
 

@@ -1,0 +1,406 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The invariants, checked by one sampler thread every SAMPLE seconds while the events run, and
+at the end of a seed (I4, I6). See tests/chaos/README.md for each invariant, its bounds and why
+they are what kprism(8) promises."""
+
+import os
+import re
+import threading
+import time
+
+from faultlib.procs import fd_count, rss_kib
+
+SAMPLE = 0.15
+MARGIN = 1.5  # seconds added to every documented bound: sampling (0.15 s), scheduling on 2 busy cores
+
+# Bounds (seconds), from kprism(8) and the timings world.TIMING gives kprism.
+def bounds(t):
+    return {
+        # Closing connections of a down upstream: each closed within close_spread; an etcd-down
+        # upstream's closes wait up to two fast_interval for the others' results (each within
+        # health.timeout); connections still waiting for a first response are left to
+        # first_response_timeout.
+        "I2": t["close_spread"] + 2 * t["fast_interval"] + t["timeout"] + t["first_response_timeout"] + MARGIN,
+        # a probe connection that is not (yet) the kept one lives at most one check
+        "probe": t["timeout"] + MARGIN,
+        # a check of the new answer has started and finished: one interval plus one timeout
+        "I8": t["interval"] + t["timeout"] + MARGIN,
+    }
+
+
+RSS_TOL_KIB = 2 * 1024  # after warm-up; the buffer pool may keep a few 64 KiB chunks (about 20 in flight here)
+FD_TOL = 8
+WARMUP = 10.0  # seconds after the start of a seed before I4 measures
+WARMUP_RESTART = 4.0  # and after each SIGUSR2 (a new process image)
+HEALTHZ_MS = 100
+TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+              "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+_SAMPLE_RE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
+
+
+def _hex_ip4(h):
+    ip, port = h.split(":")
+    b = bytes.fromhex(ip)[::-1]
+    return ".".join(str(x) for x in b), int(port, 16)
+
+
+def kprism_sockets(pid):
+    """[(state, (lip, lport), (rip, rport))] of the IPv4 TCP sockets pid holds."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open(f"/proc/{pid}/net/tcp") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        p = line.split()
+        if len(p) > 9 and p[9] in inodes:
+            out.append((TCP_STATES.get(p[3], p[3]), _hex_ip4(p[1]), _hex_ip4(p[2])))
+    return out
+
+
+def parse_metrics(text):
+    out = {}
+    for line in text.splitlines():
+        m = _SAMPLE_RE.match(line)
+        if m:
+            try:
+                out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+            except ValueError:
+                pass
+    return out
+
+
+def metric_by_upstream(ms, name, extra=""):
+    """{upstream: value} of name{upstream="..."...} samples whose labels contain `extra`."""
+    out = {}
+    for (n, labels), v in ms.items():
+        if n == name and extra in labels:
+            m = re.search(r'upstream="([^"]*)"', labels)
+            if m:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + v
+    return out
+
+
+class Checker:
+    """Samples kprism and checks I1-I5, I7, I8 as it goes; I4 and I6 at finish()."""
+
+    def __init__(self, world, events, timing):
+        self.w, self.ev = world, events
+        self.b = bounds(timing)
+        self.t0 = time.monotonic()
+        self.violations = []  # (invariant, t, message)
+        self.samples = {k: 0 for k in ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")}
+        self.notes = {"healthz_slow_once": 0, "status_unavailable": 0}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.passed = set()  # upstream addresses that have passed a check
+        self.seen = set()  # every upstream address /status has listed
+        self.prev_conn_total = {}
+        self.prev_none_up = False
+        self.none_up_times = []  # sample times at which no upstream was up
+        self.up2 = {}  # I2 per upstream: {"since", "unauth", "quorum", "reported"}
+        self.sock_age = {}  # (lport, remote) -> first seen
+        self.res = []  # (t, rss KiB, fds, connections_active)
+        self.i8_checked = set()
+        self.log_pos = 0
+        self.exited = False
+        self.reported = {}
+        self.i5_episode = None
+
+    def violate(self, inv, msg, key=None):
+        """Records a violation (once per key)."""
+        if key is not None:
+            if key in self.reported:
+                return
+            self.reported[key] = True
+        t = time.monotonic() - self.t0
+        self.violations.append((inv, t, msg))
+        print(f"chaos: VIOLATION {inv} at {t:.1f}s: {msg}", flush=True)
+
+    def start(self):
+        self.thread.start()
+
+    def finish(self, traffic):
+        self.stop.set()
+        self.thread.join(10)
+        self._check_resources()
+        self._check_requests(traffic)
+
+    # ---- the sampler
+    def _run(self):
+        last_res = 0.0
+        while not self.stop.is_set():
+            t = time.monotonic()
+            try:
+                self._sample(t)
+                if t - last_res >= 1.0:
+                    last_res = t
+                    self._resources(t)
+            except Exception as e:  # a bug in a check must not silently stop the checks
+                self.violate("harness", f"sampler error {type(e).__name__}: {e}", key=("harness", str(e)))
+            self.stop.wait(max(0.0, SAMPLE - (time.monotonic() - t)))
+
+    def _sample(self, t):
+        w = self.w
+        # I7: kprism runs, and its stderr has no sanitizer report
+        self._i7()
+        if self.exited:
+            return
+        # I5: /healthz within 100 ms
+        self._i5(t)
+        st = w.status()
+        code, mtext = w.admin("/metrics")
+        if st is None or code != 200:
+            self.notes["status_unavailable"] += 1
+            return
+        ms = parse_metrics(mtext)
+        ups = {u["address"]: u for u in st.get("upstreams", [])}
+        self.seen |= set(ups)
+        none_up = not any(u.get("state") == "up" for u in ups.values())
+        if none_up:
+            self.none_up_times.append(t)
+        ready = metric_by_upstream(ms, "kprism_health_checks_total", 'result="ready"')
+        for a, u in ups.items():
+            if u.get("state") == "up" or ready.get(a, 0) > 0:
+                self.passed.add(a)
+        socks = kprism_sockets(w.kp.pid)
+        self._i1(t, st, ups, ms, none_up, socks)
+        self._i2(t, st, ups)
+        self._i3(socks)
+        self._i8(t, st, ups)
+        self.prev_none_up = none_up
+
+    def _i7(self):
+        if not self.w.kp.running():
+            if not self.exited:
+                self.exited = True
+                self.violate("I7", f"kprism exited unexpectedly, status {self.w.kp.p.returncode}: "
+                                   f"{self.w.kp.output()[-600:]}", key="I7-exit")
+            return
+        self.samples["I7"] += 1
+        self.scan_log()
+
+    def scan_log(self):
+        try:
+            with open(self.w.klog, "rb") as f:
+                f.seek(self.log_pos)
+                chunk = f.read()
+        except OSError:
+            return
+        # keep a partial last line for the next read
+        cut = chunk.rfind(b"\n") + 1
+        self.log_pos += cut
+        text = chunk[:cut].decode("utf-8", "replace")
+        for needle in ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"):
+            if needle in text:
+                i = text.index(needle)
+                self.violate("I7", f"sanitizer report: {text[max(0, i - 200):i + 600]}", key=("I7", needle))
+
+    def _i5(self, t):
+        if self.ev.in_window("sigusr2", t, 3.0):
+            return  # the exec of a restart in place: the listening socket waits in the backlog
+        t1 = time.monotonic()
+        code, body = self.w.admin("/healthz", 1.0)
+        ms = (time.monotonic() - t1) * 1000
+        self.samples["I5"] += 1
+        if code == 200 and ms <= HEALTHZ_MS:
+            self.i5_episode = None
+            return
+        if code == 200:
+            # Answered but slow: on 2 shared cores the harness itself can be descheduled. Ask again
+            # at once; a second slow answer is kprism's.
+            t2 = time.monotonic()
+            code2, body2 = self.w.admin("/healthz", 1.0)
+            ms2 = (time.monotonic() - t2) * 1000
+            if code2 == 200 and ms2 <= HEALTHZ_MS:
+                self.notes["healthz_slow_once"] += 1
+                return
+            self._i5_bad(t, f"/healthz slow twice: {ms:.0f} ms then {ms2:.0f} ms ({code2} {body2[:80]!r})")
+            return
+        self._i5_bad(t, f"/healthz did not answer 200 within {HEALTHZ_MS} ms: {code} {body[:120]!r} "
+                           f"after {ms:.0f} ms; {self.ev.recent(t, 5)}")
+
+    def _i5_bad(self, t, msg):
+        """One violation per episode of bad answers (until a good one); the samples in it counted."""
+        self.notes["healthz_bad_samples"] = self.notes.get("healthz_bad_samples", 0) + 1
+        if self.i5_episode is None:
+            self.i5_episode = t
+            self.violate("I5", msg + " (further bad samples until a good one are counted, not listed)")
+
+    def _i1(self, t, st, ups, ms, none_up, socks):
+        self.samples["I1"] += 1
+        bootstrap = (st.get("credentials") or {}).get("subject") is None
+        fail_open = none_up or self.prev_none_up
+        total = metric_by_upstream(ms, "kprism_upstream_connections_total")
+        for a, n in total.items():
+            prev = self.prev_conn_total.get(a)
+            self.prev_conn_total[a] = n
+            if prev is None or n <= prev or a in self.passed:
+                continue
+            src = (ups.get(a) or {}).get("source")
+            if bootstrap or (fail_open and src in ("static", "snapshot")):
+                continue
+            self.violate("I1", f"{int(n - prev)} new client connection(s) to {a} (source {src}, state "
+                               f"{(ups.get(a) or {}).get('state')}), which has never passed a check; "
+                               f"fail_open={fail_open}; {self.ev.recent(t, 5)}", key=("I1", a))
+        # From outside: kprism's own sockets. An upstream socket that is not the kept probe
+        # connection and lives longer than one check is a client's (or discovery's).
+        probe_ports = {u.get("probe_local_port") for u in ups.values() if u.get("probe_local_port")}
+        listen_ports = {self.w.kport, self.w.aport}
+        now_keys = set()
+        for state, (lip, lport), (rip, rport) in socks:
+            if state == "LISTEN" or lport in listen_ports:
+                continue
+            remote = f"{rip}:{rport}"
+            key = (lport, remote)
+            now_keys.add(key)
+            first = self.sock_age.setdefault(key, t)
+            if remote not in self.seen and rport not in listen_ports:
+                self.violate("I1", f"kprism holds a {state} connection to {remote}, which /status never "
+                                   f"listed as an upstream", key=("I1-unlisted", remote))
+            if (remote in ups and remote not in self.passed and lport not in probe_ports
+                    and t - first > self.b["probe"] and state == "ESTABLISHED" and not fail_open and not bootstrap):
+                self.violate("I1", f"kprism holds a connection (local port {lport}, {t - first:.1f}s old) to "
+                                   f"{remote}, which has never passed a check and is not failing open; "
+                                   f"{self.ev.recent(t, 5)}", key=("I1-sock", remote))
+        for k in list(self.sock_age):
+            if k not in now_keys:
+                del self.sock_age[k]
+
+    def _i2(self, t, st, ups):
+        self.samples["I2"] += 1
+        creds = (st.get("credentials") or {}).get("state")
+        cond = st.get("condition")
+        hold = creds == "rejected" or cond == "no-etcd-quorum"
+        for a, u in ups.items():
+            s = self.up2.setdefault(a, {"since": None, "unauth": False, "quorum": False, "reported": False})
+            if u.get("state") != "down":
+                s.update(since=None, unauth=False, quorum=False, reported=False)
+                continue
+            if u.get("down_reason") == "unauthorized" or u.get("last_result") == "unauthorized":
+                s["unauth"] = True  # documented: keeps its connections for this down episode
+            if cond == "no-etcd-quorum":
+                s["quorum"] = True  # documented: after the episode they move at the pace of rebalancing
+            others_up = any(v.get("state") == "up" for b, v in ups.items() if b != a)
+            if not others_up or hold or s["unauth"] or s["quorum"]:
+                s["since"] = None
+                continue
+            if s["since"] is None:
+                s["since"] = t
+            n = u.get("active_connections") or 0
+            if n > 0 and t - s["since"] > self.b["I2"] and not s["reported"]:
+                s["reported"] = True
+                self.violate("I2", f"{a} is down ({u.get('down_reason')}, last {u.get('last_result')}) while "
+                                   f"another is up for {t - s['since']:.1f}s (bound {self.b['I2']:.1f}s) and still "
+                                   f"holds {n} client connection(s); {self.ev.recent(t, 12)}")
+
+    def _i3(self, socks):
+        self.samples["I3"] += 1
+        for state, (lip, lport), (rip, rport) in socks:
+            if rport in (self.w.kport, self.w.aport) and (rip.startswith("127.") or rip == "0.0.0.0") \
+                    and lport not in (self.w.kport, self.w.aport):
+                self.violate("I3", f"kprism holds a {state} connection from port {lport} to its own listener "
+                                   f"{rip}:{rport}", key=("I3", rport))
+
+    def _i8(self, t, st, ups):
+        """The result class kprism reports for c4 is what c4 answers (the /readyz file)."""
+        w = self.w
+        from world import C4_EXPECT
+        mode, since = w.c4_mode, w.c4_mode_since
+        exp = C4_EXPECT.get(mode)
+        if exp is None or (mode, since) in self.i8_checked:
+            return
+        quiet_since = max(since, w.c4_net_quiet_since, w.cert_normal_since)
+        if w.c4_net_faulty or not w.cert_normal or t - quiet_since < self.b["I8"]:
+            return
+        u = ups.get(w.c4_endpoint)
+        if u is None:
+            return
+        self.i8_checked.add((mode, since))
+        self.samples["I8"] += 1
+        want, check = exp
+        got = u.get("last_result")
+        if got != want or (check and check not in (u.get("failing_checks") or [])):
+            self.violate("I8", f"c4 answers /readyz {mode} since {t - since:.1f}s, kprism's last result is "
+                               f"{got} ({u.get('last_error')!r}, failing {u.get('failing_checks')}), expected {want}"
+                               + (f" naming {check}" if check else ""), key=("I8", mode))
+
+    # ---- I4
+    def _resources(self, t):
+        try:
+            rss, fds = rss_kib(self.w.kp.pid), fd_count(self.w.kp.pid)
+        except OSError:
+            return
+        st = self.w.status()
+        if st is None:
+            return
+        self.res.append((t, rss, fds, st.get("connections_active", 0), len(st.get("upstreams", []))))
+
+    def _check_resources(self):
+        """I4: after warm-up (and after each restart in place), RSS and descriptors stay flat."""
+        if not self.res:
+            return
+        starts = [self.t0] + [te for te in self.ev.times("sigusr2")]
+        floods = self.ev.times("admin_flood")  # idle admin connections hold descriptors for 3 s
+        rows = [r for r in self.res if not (self.t0 <= r[0] < self.t0 + WARMUP)
+                and not any(s <= r[0] < s + WARMUP_RESTART for s in starts[1:])
+                and not any(f <= r[0] < f + 4.5 for f in floods)]
+        # compare within each process image: the segments between restarts in place
+        segs, cur = [], []
+        bounds_ = sorted(starts) + [float("inf")]
+        for i in range(len(bounds_) - 1):
+            seg = [r for r in rows if bounds_[i] <= r[0] < bounds_[i + 1]]
+            if len(seg) >= 8:
+                segs.append(seg)
+        for seg in segs:
+            self.samples["I4"] += len(seg)
+            head, tail = seg[:5], seg[-5:]
+            base = max(r[1] for r in head)
+            end = sorted(r[1] for r in tail)[2]
+            if end - base > RSS_TOL_KIB:
+                self.violate("I4", f"RSS grew from {base} KiB to {end} KiB over {seg[-1][0] - seg[0][0]:.0f}s "
+                                   f"after warm-up (tolerance {RSS_TOL_KIB} KiB)", key=("I4-rss", seg[0][0]))
+            # descriptors beyond two per client connection and one per upstream
+            excess = [r[2] - 2 * r[3] - r[4] for r in seg]
+            fbase = max(excess[:5])
+            over = 0
+            for x in excess[5:]:
+                over = over + 1 if x > fbase + FD_TOL else 0
+                if over >= 5:
+                    self.violate("I4", f"open descriptors beyond connections and upstreams grew from {fbase} to "
+                                       f"{x} for 5 s (tolerance {FD_TOL})", key=("I4-fd", seg[0][0]))
+                    break
+
+    # ---- I6
+    def _check_requests(self, traffic):
+        """I6: a failed request is a violation unless an event explains it (it falls in the event's
+        window, world.py/run.py) or no upstream was up while it ran."""
+        with traffic.lock:
+            reqs = list(traffic.requests)
+        self.failures = {"ok": 0, "explained": 0, "unservable": 0, "unexplained": 0}
+        self.by_event = {}
+        for t0, t1, ok, server, detail in reqs:
+            self.samples["I6"] += 1
+            if ok:
+                self.failures["ok"] += 1
+                continue
+            ev = self.ev.explains(t0, t1)
+            if ev:
+                self.failures["explained"] += 1
+                self.by_event[ev] = self.by_event.get(ev, 0) + 1
+                continue
+            if any(t0 - 0.5 <= x <= t1 for x in self.none_up_times):
+                self.failures["unservable"] += 1
+                continue
+            self.failures["unexplained"] += 1
+            self.violate("I6", f"request {t0 - self.t0:.1f}-{t1 - self.t0:.1f}s failed ({detail}, server "
+                               f"{server or '-'}) with no event to explain it; {self.ev.recent(t1, 8)}")
