@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Admin HTTP connections: accept (at most Admin::kMaxConnections), read one bounded request head
-// within a deadline, answer from memory with uv_write, then close; and the routes.
+// Admin HTTP connections: accept (at most Admin::kMaxConnections, the newest displacing an idle
+// one), read one bounded request head within a deadline, answer from memory with uv_write, then
+// close; and the routes.
 #include "kprism/admin.h"
 #include "kprism/listener.h"
 
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -23,6 +25,8 @@ class AdminConnection {
 public:
     static void accept(Admin& admin, uv_stream_t* listener);
     void close(const char* reason);  // idempotent
+    // The table is full: closes the connection that holds its place for the least (see .cc).
+    static void make_room(Admin& admin, AdminConnection* keep);
 
     AdminConnection* prev = nullptr;
     AdminConnection* next = nullptr;
@@ -33,6 +37,7 @@ private:
     void on_bytes(const char* p, size_t n);
     void answer(const AdminResponse& r, bool head_only);
     uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&tcp_); }
+    int eviction_rank();
 
     static void on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf);
     static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*);
@@ -161,16 +166,45 @@ void AdminConnection::accept(Admin& admin, uv_stream_t* listener) {
     c->timer_.data = c;
     c->open_handles_ = 2;
     admin.conns_.push_front(c);
+    admin.live_++;
     if (uv_accept(listener, c->stream()) != 0) {
         c->close("accept failed");
         return;
     }
-    if (admin.conns_.size() > Admin::kMaxConnections) {
-        c->close("too many admin connections");
-        return;
-    }
+    if (admin.live_ > Admin::kMaxConnections) make_room(admin, c);
     uv_timer_start(&c->timer_, on_timer, Admin::kRequestTimeoutMs, 0);
     uv_read_start(c->stream(), on_alloc, on_read);
+}
+
+// Lower goes first. 0: no complete request head and nothing waiting to be read (idle, or a head
+// that trickles in): it holds its place for nothing. 1: answered (the answer is written or being
+// written to a client that may not read it). 2: no complete head yet, but bytes are waiting in
+// the socket: likely a prober accepted in the same burst, whose head is read next.
+int AdminConnection::eviction_rank() {
+    if (answered_) return 1;
+    uv_os_fd_t fd;
+    int waiting = 0;
+    if (uv_fileno(reinterpret_cast<uv_handle_t*>(&tcp_), &fd) == 0 && ioctl(fd, FIONREAD, &waiting) == 0 &&
+        waiting > 0)
+        return 2;
+    return 0;
+}
+
+// Closing the newcomer instead would let any local process that holds the table (idle
+// connections cost it nothing) silence /healthz, and the liveness probe would restart kprism. So
+// the newest connection always gets in, and the oldest of the lowest rank makes room: at most one
+// ioctl per connection in the table, only while it is full.
+void AdminConnection::make_room(Admin& admin, AdminConnection* keep) {
+    AdminConnection* victim = nullptr;
+    int best = 3;
+    admin.conns_.for_each([&](AdminConnection* c) {  // newest first: `<=` keeps the oldest of a rank
+        if (c == keep || c->closing_) return;
+        if (int r = c->eviction_rank(); r <= best) {
+            best = r;
+            victim = c;
+        }
+    });
+    if (victim) victim->close(best == 0 ? "evicted: table full, no request yet" : "evicted: table full");
 }
 
 void AdminConnection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
@@ -257,6 +291,7 @@ void AdminConnection::on_timer(uv_timer_t* t) {
 void AdminConnection::close(const char* reason) {
     if (closing_) return;
     closing_ = true;
+    admin_.live_--;
     KPRISM_DEBUG("admin connection closed",
                  {{"reason", reason}, {"duration_ms", static_cast<uint64_t>(uv_now(tcp_.loop) - started_ms_)}});
     uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);

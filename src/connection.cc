@@ -359,6 +359,7 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         from.eof = true;
         if (client_side) stop_awaiting_answer();  // a half-closed client is never replayed
         uv_read_stop(stream(from.tcp));
+        srv_.watch_half_closed();  // from now on only the sweep sees a reset of `from`
         // The last FIN: `to` finished first and nothing is queued either way, so both sockets are
         // read to EOF and close(2) sends each its FIN (also the one a pending shutdown of `from`
         // still owed); shutdown(2) first would only cost syscalls.
@@ -451,6 +452,17 @@ void Connection::on_shutdown(uv_shutdown_t* req, int status) {
     c->maybe_finish();
 }
 
+bool Connection::check_half_closed() {
+    if (closing_ || state_ != State::splicing) return false;
+    for (Side* s : {&client_, &upstream_}) {
+        if (!only_peer_finished(*s) || !tcp_closed(&s->tcp)) continue;
+        const bool client = s == &client_;
+        close(client ? "client reset after its FIN" : "upstream reset after its FIN", !client, client);
+        return false;
+    }
+    return only_peer_finished(client_) || only_peer_finished(upstream_);
+}
+
 // Both peers sent FIN and both FINs were passed on: the connection ended normally.
 void Connection::maybe_finish() {
     if (client_.eof && upstream_.eof && client_.shut && upstream_.shut) close("done");
@@ -530,6 +542,7 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
     }
     if (!c->client_.eof) uv_read_start(stream(c->client_.tcp), on_alloc, on_read_cb);
     if (!c->upstream_.eof) uv_read_start(stream(c->upstream_.tcp), on_alloc, on_read_cb);
+    if (c->client_.eof || c->upstream_.eof) srv.watch_half_closed();
     if (up.removed) c->close_later_for_removal(static_cast<uint64_t>(srv.config().s.drain_timeout.count()));
     return true;
 }

@@ -109,6 +109,8 @@ bool Server::start(std::string& error) {
     }
     uv_timer_init(loop_, &drain_timer_);
     drain_timer_.data = this;
+    uv_timer_init(loop_, &half_close_timer_);
+    half_close_timer_.data = this;
     heartbeat_.start(loop_);
     control_.start();
     rebalancer_.start();
@@ -162,6 +164,21 @@ void Server::connection_opened(Connection* c, bool resumed) {
 void Server::connection_closed(Connection* c) {
     conns_.remove(c);
     if (draining_ && !handover_.active && conns_.empty()) finish();
+}
+
+void Server::watch_half_closed() {
+    if (!finished_ && !uv_is_active(h(&half_close_timer_)))
+        uv_timer_start(&half_close_timer_, on_half_close_sweep, kHalfCloseSweepMs, kHalfCloseSweepMs);
+}
+
+// One walk of the connection list a second, and one getsockopt per half-closed socket, only
+// while there are any; idle connections cost nothing (no timer of their own).
+void Server::on_half_close_sweep(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    if (self->handover_.active) return;  // the sockets go to the next process as they are
+    bool any = false;
+    self->conns_.for_each([&any](Connection* c) { any |= c->check_half_closed(); });
+    if (!any) uv_timer_stop(t);
 }
 
 void Server::note_client_failed(uint32_t attempts) {
@@ -259,7 +276,7 @@ void Server::finish() {
     }
     for (uv_signal_t& sig : signals_)
         if (sig.data && !uv_is_closing(h(&sig))) uv_close(h(&sig), nullptr);
-    for (uv_timer_t* t : {&drain_timer_, &sd_.ready_timer, &sd_.watchdog_timer})
+    for (uv_timer_t* t : {&drain_timer_, &half_close_timer_, &sd_.ready_timer, &sd_.watchdog_timer})
         if (t->data && !uv_is_closing(h(t))) uv_close(h(t), nullptr);
     log::info("stopped", {{"connections_served", stats_.accepted}});
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// setsockopt() calls that libuv does not wrap (keepalive interval/count, TCP_USER_TIMEOUT).
+// Socket options that libuv does not wrap: setsockopt() (keepalive interval/count,
+// TCP_USER_TIMEOUT) and the TCP state from TCP_INFO.
 #include "kprism/sockopt.h"
 
 #include <netinet/in.h>
@@ -32,6 +33,14 @@ int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener) {
     if (s.tcp_user_timeout.count() > 0 || listener)
         opt(IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(s.tcp_user_timeout.count()));
     return first_err;
+}
+
+bool tcp_closed(uv_tcp_t* tcp) {
+    uv_os_fd_t fd;
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    return uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) == 0 &&
+           getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
 }
 
 }  // namespace kprism

@@ -33,7 +33,9 @@ std::string serialize(const AdminResponse& r, bool head_only);
 // so the Admin must outlive the loop run (it does: the Server is destroyed after uv_run returns).
 class Admin {
 public:
-    static constexpr size_t kMaxConnections = 64;      // beyond, a new connection is closed at once
+    // Beyond, a new connection takes the place of an older one (AdminConnection::make_room): the
+    // oldest that has not sent a complete request head, so a prober always gets in.
+    static constexpr size_t kMaxConnections = 64;
     static constexpr uint64_t kRequestTimeoutMs = 5000;  // the whole request head, from accept
     static constexpr uint64_t kLingerMs = 1000;        // reading what the client still sends after the answer
 
@@ -49,7 +51,7 @@ public:
     // Stops listening and closes every admin connection. Idempotent.
     void close();
     const std::string& name() const { return name_; }
-    size_t connections() const { return conns_.size(); }
+    size_t connections() const { return live_; }
 
     // The answer to a parsed request.
     AdminResponse route(const HttpRequest& req);
@@ -62,7 +64,8 @@ private:
     uv_tcp_t tcp_{};
     bool open_ = false;
     std::string name_;
-    IntrusiveList<AdminConnection> conns_;  // live connections
+    IntrusiveList<AdminConnection> conns_;  // every connection until its last close callback
+    size_t live_ = 0;                       // of those, not yet closing: at most kMaxConnections
 };
 
 }  // namespace kprism

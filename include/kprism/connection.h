@@ -59,6 +59,12 @@ public:
     // failure, false) and resumes splicing to `up` in the half-closed state the entry records.
     static bool resume(Server& srv, int client_fd, int upstream_fd, Upstream& up, const handover::Entry& e);
 
+    // Called by the Server's half-close sweep about once a second while some connection is
+    // half-closed. A peer whose FIN was read is no longer read (libuv stops at EOF), so its later
+    // reset would go unseen while the other peer is idle: when its socket has reached TCP_CLOSE,
+    // the connection closes and resets the other peer. Returns whether it still needs the sweep.
+    bool check_half_closed();
+
     bool closing() const { return closing_; }
     bool splicing() const { return state_ == State::splicing; }
     Upstream* upstream() const { return up_; }
@@ -97,6 +103,8 @@ private:
     void release(Side& s);
     void on_read(Side& from, Side& to, ssize_t nread);
     void maybe_finish();
+    // `s` sent its FIN and was not sent ours: its socket is in CLOSE_WAIT until we close it.
+    static bool only_peer_finished(const Side& s) { return s.open && s.eof && !s.shut && !s.sreq; }
     void answered();
     void stop_awaiting_answer();
     void keep_first_flight(const char* p, size_t n);

@@ -92,6 +92,10 @@ public:
     void connection_opened(Connection* c, bool resumed = false);
     void connection_closed(Connection* c);
     bool over_connection_limit() const { return conns_.size() > connection_limit_; }
+    // A connection has read one peer's FIN: the half-close sweep runs (every kHalfCloseSweepMs)
+    // until no connection is half-closed (Connection::check_half_closed).
+    void watch_half_closed();
+    static constexpr uint64_t kHalfCloseSweepMs = 1000;
     // max_connections, or fewer when RLIMIT_NOFILE cannot give each connection its two
     // descriptors and still leave kprism its own (see update_connection_limit()).
     size_t connection_limit() const { return connection_limit_; }
@@ -196,6 +200,7 @@ private:
     void keep_restart_only_settings(Config& next);
     static void on_signal(uv_signal_t* s, int signum);
     static void on_drain_timeout(uv_timer_t* t);
+    static void on_half_close_sweep(uv_timer_t* t);
     bool adopt_passed_sockets(std::string& error);
     void apply_listener_tcp_options();
     void update_connection_limit();
@@ -223,6 +228,7 @@ private:
     LogLimiter reject_log_, accept_error_log_, client_fail_log_;
     uv_signal_t signals_[5]{};         // kSignals in server.cc
     uv_timer_t drain_timer_{};
+    uv_timer_t half_close_timer_{};  // active only while some connection is half-closed
     bool draining_ = false;
     bool finished_ = false;
     Systemd sd_;

@@ -17,4 +17,9 @@ namespace kprism {
 // Best effort: failures are not fatal for the connection. Returns 0 or the first error.
 int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener = false);
 
+// The socket has reached TCP_CLOSE (TCP_INFO's tcpi_state): on a socket whose peer's FIN was read
+// and that has sent no FIN itself (CLOSE_WAIT), only the peer's RST or a keepalive or user
+// timeout gets it there. Reading does not show it (recv() returns 0 after a FIN whatever follows).
+bool tcp_closed(uv_tcp_t* tcp);
+
 }  // namespace kprism

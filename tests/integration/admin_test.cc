@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 
 #include "harness/harness.h"
@@ -81,6 +82,95 @@ Result status_cmd(std::vector<std::string> args) {
     std::vector<std::string> argv = {kprism_bin(), "status"};
     argv.insert(argv.end(), args.begin(), args.end());
     return run(argv, 10000ms);
+}
+
+// A local process that keeps the admin table full: `slots` connections, each reopened as soon as
+// kprism has closed it (evicted or timed out), until destroyed.
+class TableHog {
+public:
+    enum Mode {
+        idle,    // connects and sends nothing
+        drip,    // sends a request head one byte every 100 ms, never finishing it
+        unread,  // sends GET /metrics, never reads the answer; reconnects after 0.9 s (kprism lingers 1 s)
+    };
+    TableHog(int port, Mode mode, int slots) : port_(port), mode_(mode), fds_(static_cast<size_t>(slots), -1) {
+        thread_ = std::thread([this] { run(); });
+    }
+    ~TableHog() {
+        stop_ = true;
+        thread_.join();
+        for (auto& s : fds_)
+            if (s.fd >= 0) ::close(s.fd);
+    }
+    int open() const { return open_; }
+    int closed_by_kprism() const { return closed_; }
+
+private:
+    struct Slot {
+        Slot(int f) : fd(f) {}
+        int fd;
+        size_t sent = 0;
+        Clock::time_point opened{};
+    };
+    const std::string kHead = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(1000, 's');
+
+    void run() {
+        while (!stop_) {
+            int n = 0;
+            for (auto& s : fds_) {
+                if (s.fd >= 0 && gone(s)) {
+                    ::close(s.fd);
+                    s.fd = -1;
+                }
+                if (s.fd < 0) {
+                    s = Slot(connect_to(port_));
+                    s.opened = Clock::now();
+                    if (s.fd >= 0 && mode_ == unread) {
+                        std::string req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+                        send_all(s.fd, req.data(), req.size());
+                    }
+                }
+                if (s.fd >= 0 && mode_ == drip && s.sent < kHead.size() &&
+                    Clock::now() - s.opened >= std::chrono::milliseconds(100 * s.sent))
+                    s.sent += ::send(s.fd, &kHead[s.sent], 1, MSG_NOSIGNAL) == 1;
+                n += s.fd >= 0;
+            }
+            open_ = n;
+            std::this_thread::sleep_for(20ms);
+        }
+    }
+    // kprism closed it (idle, drip), or it has held its place long enough (unread).
+    bool gone(const Slot& s) {
+        if (mode_ == unread) return Clock::now() - s.opened > 900ms;
+        pollfd p{s.fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) == 0) return false;
+        ++closed_;
+        return true;
+    }
+
+    int port_;
+    Mode mode_;
+    std::vector<Slot> fds_;
+    std::atomic<bool> stop_{false};
+    std::atomic<int> open_{0}, closed_{0};
+    std::thread thread_;
+};
+
+// While `hog` holds the table, /healthz and /readyz each answer within 500 ms, sample after sample
+// (`samples` of each, 100 ms apart).
+void probes_answer_while_held(const Kprism& k, const TableHog& hog, int samples = 20) {
+    ASSERT_TRUE(eventually([&] { return hog.open() >= 64; }, 5000ms)) << hog.open();
+    for (int i = 0; i < samples; ++i) {
+        for (const char* path : {"/healthz", "/readyz"}) {
+            auto t0 = Clock::now();
+            Reply r = get(k.admin_port, path, "GET", 500ms);
+            auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+            EXPECT_EQ(r.status, std::string(path) == "/healthz" ? 200 : 503)
+                << path << " sample " << i << " after " << ms << " ms, hog holds " << hog.open();
+            EXPECT_LT(ms, 500) << path << " sample " << i;
+        }
+        std::this_thread::sleep_for(100ms);
+    }
 }
 
 }  // namespace
@@ -366,25 +456,55 @@ TEST(Admin, SlowlorisIsClosedWithinTheRequestTimeout) {
     ::close(idle);
 }
 
+// At 64 connections, a new one takes the place of the oldest that has sent no request; one that
+// has been answered (kprism waits up to 1 s for its FIN) is kept while such a one is left.
 TEST(Admin, ConnectionLimit) {
     Kprism k({dead_endpoint()});
+    auto closed = [](int fd, int wait_ms) {  // readable: an answer or a close from kprism
+        pollfd p{fd, POLLIN, 0};
+        return ::poll(&p, 1, wait_ms) == 1;
+    };
     std::vector<int> fds;
     for (int i = 0; i < 64; ++i) fds.push_back(connect_to(k.admin_port));
+    std::string req = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(fds[0], req.data(), req.size());
+    ASSERT_TRUE(closed(fds[0], 2000)) << "the oldest is answered";
     int extra = connect_to(k.admin_port);
     ASSERT_GE(extra, 0);
-    pollfd p{extra, POLLIN, 0};
-    EXPECT_EQ(::poll(&p, 1, 2000), 1) << "the 65th connection is closed at once";
+    EXPECT_TRUE(closed(fds[1], 1000)) << "the oldest connection without a request makes room";
     char c;
-    EXPECT_LE(::recv(extra, &c, 1, 0), 0);
+    EXPECT_LE(::recv(fds[1], &c, 1, MSG_DONTWAIT), 0) << "no answer, just a close";
+    for (size_t i = 2; i < fds.size(); ++i) EXPECT_FALSE(closed(fds[i], 0)) << "connection " << i;
+    EXPECT_EQ(parse_reply(recv_until_eof(fds[0], nullptr, 3000ms)).status, 200) << "the answer is intact";
+    // The newcomer is served.
+    send_all(extra, req.data(), req.size());
+    EXPECT_EQ(parse_reply(recv_until_eof(extra, nullptr, 3000ms)).status, 200);
     ::close(extra);
-    pollfd first{fds[0], POLLIN, 0};
-    EXPECT_EQ(::poll(&first, 1, 0), 0) << "the others are still open";
-    // One of the 64 can still be used.
-    std::string req = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-    send_all(fds[10], req.data(), req.size());
-    EXPECT_EQ(parse_reply(recv_until_eof(fds[10], nullptr, 3000ms)).status, 200);
     for (int fd : fds) ::close(fd);
     EXPECT_TRUE(eventually([&] { return get(k.admin_port, "/healthz", "GET", 1000ms).status == 200; }, 3000ms));
+}
+
+// A local process that holds every admin slot cannot silence the liveness and readiness probes.
+TEST(Admin, ProbesAnswerWhileIdleConnectionsHoldTheTable) {
+    Kprism k({dead_endpoint()});
+    TableHog hog(k.admin_port, TableHog::idle, 70);
+    probes_answer_while_held(k, hog);
+    EXPECT_GT(hog.closed_by_kprism(), 20) << "each probe made room";
+    EXPECT_TRUE(k.running());
+}
+
+TEST(Admin, ProbesAnswerWhileSlowHeadsHoldTheTable) {
+    Kprism k({dead_endpoint()});
+    TableHog hog(k.admin_port, TableHog::drip, 70);
+    probes_answer_while_held(k, hog, 60);  // past the 5 s head deadline, while the heads are replaced
+    EXPECT_TRUE(k.running());
+}
+
+TEST(Admin, ProbesAnswerWhileUnreadAnswersHoldTheTable) {
+    Kprism k({dead_endpoint()});
+    TableHog hog(k.admin_port, TableHog::unread, 70);
+    probes_answer_while_held(k, hog);
+    EXPECT_TRUE(k.running());
 }
 
 // SIGURG with KPRISM_TEST_HOOKS=1 blocks the loop for 7 s. The request sent meanwhile waits in

@@ -2,6 +2,7 @@
 // The real kprism binary in front of real loopback servers: data integrity, half-close, resets.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,6 +45,33 @@ void roundtrip(int port, size_t total, uint64_t seed) {
     EXPECT_EQ(recv_until_eof(fd, &err).size(), 0u);
     EXPECT_EQ(err, 0) << "expected a clean EOF after half-close";
     ::close(fd);
+}
+
+// The kernel's state of a socket (TCP_ESTABLISHED, TCP_CLOSE_WAIT, TCP_CLOSE, ...), or -1.
+int tcp_state(int fd) {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 ? info.tcpi_state : -1;
+}
+
+// The pending socket error, taken (SO_ERROR).
+int socket_error(int fd) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : -1;
+}
+
+void reset_on_close(int fd) {
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+}
+
+// Sends RST and keeps the descriptor (a TcpServer closes its handlers' fds itself): connect(2)
+// with AF_UNSPEC disconnects the socket the way SO_LINGER 0 and close(2) would.
+void reset_now(int fd) {
+    sockaddr unspec{};
+    unspec.sa_family = AF_UNSPEC;
+    ::connect(fd, &unspec, sizeof unspec);
 }
 
 }  // namespace
@@ -177,6 +205,65 @@ TEST(Splice, ClientResetPropagatesToUpstream) {
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
     ::close(fd);
     EXPECT_TRUE(eventually([&] { return upstream_err == ECONNRESET; })) << upstream_err;
+}
+
+// After its FIN the client is no longer read, so its later RST is seen only by the half-close
+// sweep; the upstream here never writes, which would have shown it. A socket that has read a FIN
+// reaches TCP_CLOSE only by a reset (a FIN would leave it in CLOSE_WAIT): that is how the upstream
+// tells that kprism passed the reset on.
+TEST(Splice, ClientResetAfterItsFinReachesAnIdleUpstream) {
+    std::atomic<bool> got_fin{false}, stop{false};
+    std::atomic<int> upstream_state{-1}, upstream_err{-1};
+    TcpServer up([&](int fd) {
+        int e = -1;
+        recv_until_eof(fd, &e);
+        got_fin = e == 0;
+        eventually([&] { return stop || tcp_state(fd) == TCP_CLOSE; }, 10000ms);
+        upstream_state = tcp_state(fd);
+        upstream_err = socket_error(fd);
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, "ping", 4));
+    ::shutdown(fd, SHUT_WR);
+    ASSERT_TRUE(eventually([&] { return got_fin.load(); })) << "the FIN is passed on";
+    EXPECT_EQ(k.stat("connections_active"), 1);
+    reset_on_close(fd);
+    ::close(fd);
+    auto t0 = Clock::now();
+    EXPECT_TRUE(eventually([&] { return upstream_state != -1; }, 3000ms)) << "the upstream is still in CLOSE_WAIT";
+    EXPECT_EQ(upstream_state, TCP_CLOSE);
+    EXPECT_EQ(upstream_err, EPIPE) << "a reset in CLOSE_WAIT";
+    RecordProperty("reset_passed_on_ms",
+                   static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count()));
+    EXPECT_TRUE(eventually([&] { return k.stat("connections_active") == 0; }, 3000ms));
+    stop = true;
+}
+
+// The mirror: the upstream sends FIN (passed on to the client), then resets while the client,
+// having read everything, sends nothing.
+TEST(Splice, UpstreamResetAfterItsFinReachesAnIdleClient) {
+    std::atomic<bool> reset{false};
+    TcpServer up([&](int fd) {
+        ::shutdown(fd, SHUT_WR);
+        eventually([&] { return reset.load(); }, 10000ms);
+        reset_now(fd);
+    });
+    Kprism k({up.endpoint()});
+    int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    int err = -1;
+    EXPECT_EQ(recv_until_eof(fd, &err), "");
+    ASSERT_EQ(err, 0) << "the upstream's FIN is passed on";
+    EXPECT_EQ(k.stat("connections_active"), 1);
+    EXPECT_EQ(tcp_state(fd), TCP_CLOSE_WAIT);
+    reset = true;
+    EXPECT_TRUE(eventually([&] { return tcp_state(fd) == TCP_CLOSE; }, 3000ms))
+        << "the client is still in state " << tcp_state(fd);
+    EXPECT_EQ(socket_error(fd), EPIPE) << "a reset in CLOSE_WAIT";
+    EXPECT_TRUE(eventually([&] { return k.stat("connections_active") == 0; }, 3000ms));
+    ::close(fd);
 }
 
 TEST(Splice, Ipv6ListenAndEndpoint) {
