@@ -105,7 +105,8 @@ class Kprism:
 def part1(args, d, pki, servers):
     ends = [s.endpoint for s in servers]
     on = Kprism(args.kprism, d, "kprism-on", ends, pki,
-                ["--enable-discovery", "--discovery-snapshot-file", os.path.join(d, "snap", "discovery.json")])
+                ["--enable-discovery", "--discovery-snapshot-file", os.path.join(d, "snap", "discovery.json"),
+                 "--discovery-allowed-cidrs", "127.0.0.0/8"])  # the stand-ins are on loopback
     off = Kprism(args.kprism, d, "kprism-off", ends, pki, ["--discovery-snapshot-file", os.path.join(d, "snap-off.json")])
     os.makedirs(os.path.join(d, "snap"), exist_ok=True)
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "kprism/address_rules.h"
 #include "kprism/log.h"
 #include "kprism/policy.h"
 #include "kprism/upstream.h"
@@ -75,6 +76,10 @@ const std::vector<OptionDef>& options() {
          "where the discovered endpoints are kept across restarts (empty: nowhere)", 0, INT64_MAX, {}, kRestart},
         {"discovery.snapshot_max_age", "discovery-snapshot-max-age", &S::discovery_snapshot_max_age,
          "a snapshot older than this is ignored at start", 60 * kSec, 4320 * 3600 * kSec, {}, kRestart},
+        {"discovery.allowed_cidrs", "discovery-allowed-cidrs", &S::discovery_allowed_cidrs,
+         "admit only discovered (and snapshot) addresses in these CIDRs (empty: any but loopback, unspecified, "
+         "link-local, multicast and broadcast)",
+         0, INT64_MAX, {}, kRestart},
         {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port",
          0, INT64_MAX, {}, kRestart},
         {"health.port", "health-port", &S::health_port, "admin/health HTTP port", 1, 65535, {}, kRestart},
@@ -514,6 +519,26 @@ void validate(Config& c, std::vector<std::string>& errors) {
         fail("health.bind_address",
              fmt::format("'{}' is not a loopback address (set allow_non_loopback = true to do it anyway)",
                          s.health_bind_address));
+    }
+    // kprism never connects to itself: a configured endpoint that is one of its listeners would
+    // nest each client connection into kprism until max_connections.
+    {
+        std::vector<sockaddr_storage> own = c.listen;
+        own.push_back(c.admin);
+        std::vector<sockaddr_storage> local = local_addresses();
+        for (const auto& e : c.endpoints) {
+            sockaddr_storage ss;
+            if (e.addr.is_ip && ip_to_sockaddr(e.addr.host, e.addr.port, ss) && is_own_listener(as_sockaddr(ss), own, local))
+                fail("endpoints", fmt::format("'{}' is an address kprism itself listens on (bind_address:bind_port or "
+                                              "health.bind_address:health.port); kprism never connects to itself",
+                                              e.addr.str()));
+        }
+    }
+    for (const auto& text : s.discovery_allowed_cidrs) {
+        Cidr cidr;
+        std::string err;
+        if (parse_cidr(text, cidr, &err)) c.discovery_allowed.push_back(cidr);
+        else fail("discovery.allowed_cidrs", err);
     }
     // A rule between two keys names where both came from.
     auto both = [&](const char* key, const char* other, std::string msg) {

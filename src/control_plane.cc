@@ -111,8 +111,10 @@ void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& e
     u.probe = ProbeMark{true, r, now, generation};
     Credentials::Outcome out = creds_.on_result(ups_, u, prev, now, tls_->generation());
     if (cert_verdict_of(r) == CertVerdict::accepted && generation == tls_->generation()) u.rejection_logged = false;
+    const bool first_pass = !u.passed_check;
     if (out.hold) ups_.note(u, r, error, now, checks);
     else ups_.record(u, r, error, explicit_down, now, checks);
+    if (first_pass && u.passed_check && discovery_ && in_discovered(u)) write_snapshot();  // now a checked member
     on_credentials(out, u, now);
     review();
 }
@@ -460,9 +462,36 @@ void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res)
         uv_freeaddrinfo(res);
         return;
     }
+    // The first address that is not one of kprism's own listeners: a name that resolves to
+    // kprism itself would nest each client connection into kprism.
+    const std::vector<sockaddr_storage> own = self->own_listeners();
+    const std::vector<sockaddr_storage> local = local_addresses();
     sockaddr_storage ss{};
-    std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
-    reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(u->addr.port);  // same offset for v6
+    bool found = false;
+    std::string skipped;
+    for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        sockaddr_storage cand{};
+        std::memcpy(&cand, ai->ai_addr, ai->ai_addrlen);
+        reinterpret_cast<sockaddr_in*>(&cand)->sin_port = htons(u->addr.port);  // same offset for v6
+        if (is_own_listener(as_sockaddr(cand), own, local)) {
+            skipped += (skipped.empty() ? "" : ",") + sockaddr_str(cand);
+            continue;
+        }
+        ss = cand;
+        found = true;
+    }
+    if (skipped != u->resolved_to_self) {
+        if (!skipped.empty())
+            log::warn("endpoint resolves to an address kprism listens on; skipping that address",
+                      {{"upstream", u->name}, {"address", skipped}});
+        u->resolved_to_self = skipped;
+    }
+    if (!found) {
+        u->resolved = false;
+        uv_freeaddrinfo(res);
+        return;
+    }
     std::string now = sockaddr_str(ss);
     if (!u->resolved || sockaddr_str(u->sa) != now)
         log::info("endpoint resolved", {{"upstream", u->name}, {"address", now}});

@@ -171,6 +171,7 @@ bool Discovery::on_watch_line(std::string_view line) {
             fail_ = fmt::format("watch: more than {} endpoint slices", kMaxSlices);
             return false;
         }
+        cp_.drop_refused(ev.slice.endpoints, "slice", ev.slice.name);
         slices_[ev.slice.name] = std::move(ev.slice.endpoints);
         publish();
         break;
@@ -222,7 +223,10 @@ void Discovery::on_end(bool clean, const std::string& why) {
         body_.shrink_to_fit();
         ++st_.lists;
         slices_.clear();
-        for (auto& s : list.items) slices_[s.name] = std::move(s.endpoints);
+        for (auto& s : list.items) {
+            cp_.drop_refused(s.endpoints, "slice", s.name);
+            slices_[s.name] = std::move(s.endpoints);
+        }
         st_.resource_version = list.resource_version;
         backoff_ms_ = 0;
         forbidden_logged_ = false;

@@ -20,7 +20,8 @@ namespace kprism {
 namespace {
 
 constexpr const char* kKind = "kprism-discovery-snapshot";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;    // written; endpoints that passed a check
+constexpr int kOldVersion = 1;  // still read; endpoints checked or not
 
 bool read_bounded(const std::string& path, size_t max, std::string& out, std::string& err) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -79,8 +80,9 @@ bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& 
         err = fmt::format("not a {} document", kKind);
         return false;
     }
-    if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int64_t>() != kVersion) {
-        err = fmt::format("version is not {}", kVersion);
+    if (!j.contains("version") || !j["version"].is_number_integer() ||
+        (j["version"].get<int64_t>() != kVersion && j["version"].get<int64_t>() != kOldVersion)) {
+        err = fmt::format("version is not {} or {}", kOldVersion, kVersion);
         return false;
     }
     if (!j.contains("written_unix") || !j["written_unix"].is_number_integer() || !j.contains("ca_sha256") ||
@@ -89,6 +91,7 @@ bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& 
         return false;
     }
     DiscoverySnapshot s;
+    s.checked = j["version"].get<int64_t>() == kVersion;
     s.written_unix = j["written_unix"].get<int64_t>();
     s.ca_sha256 = j["ca_sha256"].get<std::string>();
     if (j["endpoints"].size() > kMaxDiscovered) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <ctime>
 
+#include "kprism/address_rules.h"
 #include "kprism/connection.h"
 #include "kprism/control_plane.h"
 #include "kprism/discovery.h"
@@ -37,6 +38,27 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 }
 
 }  // namespace
+
+std::vector<sockaddr_storage> ControlPlane::own_listeners() const {
+    std::vector<sockaddr_storage> own = config().listen;
+    own.push_back(config().admin);
+    return own;
+}
+
+void ControlPlane::drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name) {
+    const AddressRules rules(config().discovery_allowed, own_listeners());
+    auto refused = [&](const HostPort& hp) {
+        sockaddr_storage ss;
+        std::string why = ip_to_sockaddr(hp.host, hp.port, ss) ? rules.refuse(as_sockaddr(ss)) : "not an IP address";
+        if (why.empty()) return false;
+        // A watch sends a slice again on every change: one warning per address it keeps naming.
+        if (refused_warned_.size() >= kMaxRefusedWarned) refused_warned_.clear();
+        if (refused_warned_.insert(fmt::format("{} {} {}", origin, name, hp.str())).second)
+            log::warn("discovery: address refused", {{origin, name}, {"address", hp.str()}, {"reason", why}});
+        return true;
+    };
+    endpoints.erase(std::remove_if(endpoints.begin(), endpoints.end(), refused), endpoints.end());
+}
 
 const DiscoveryStatus* ControlPlane::discovery() const { return discovery_ ? &discovery_->status() : nullptr; }
 
@@ -69,12 +91,19 @@ void ControlPlane::start_discovery() {
                           why)) {
             snapshot_.state = "loaded";
             snapshot_.written_unix = snap.written_unix;
+            drop_refused(snap.endpoints, "snapshot", s.discovery_snapshot_file);
             for (const auto& e : snap.endpoints) snapshot_set_.push_back(canonical(e));
             std::sort(snapshot_set_.begin(), snapshot_set_.end());
-            log::info("discovery snapshot loaded",
+            log::info("discovery snapshot loaded; its endpoints are checked before use",
                       {{"path", s.discovery_snapshot_file}, {"endpoints", static_cast<uint64_t>(snap.endpoints.size())},
-                       {"age", format_duration(Duration{(now - snap.written_unix) * 1000})}});
-            apply_discovered(std::move(snap.endpoints), Source::snapshot);
+                       {"age", format_duration(Duration{(now - snap.written_unix) * 1000})},
+                       {"format", snap.checked ? "checked endpoints" : "version 1 (endpoints unchecked)"}});
+            if (!snap.endpoints.empty()) {
+                std::vector<HostPort> loaded = snap.endpoints;
+                apply_discovered(std::move(snap.endpoints), Source::snapshot);
+                for (const auto& e : loaded)
+                    if (Upstream* u = find_live(e)) u->checked_earlier = snap.checked;
+            }
         } else {
             snapshot_.state = "ignored";
             snapshot_.detail = why;
@@ -158,6 +187,7 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
         if (std::find(departing_.begin(), departing_.end(), key) == departing_.end()) departing_.push_back(key);
     }
     settle_departures();
+    if (src == Source::discovered) api_set_ = true;
     if (changed && src == Source::discovered) write_snapshot();  // else discovery_confirmed() keeps it fresh
 }
 
@@ -203,14 +233,23 @@ void ControlPlane::remove_upstream(Upstream& u, const char* msg, uint64_t drain_
     srv_.health_changed();
 }
 
-// The admitted set to the snapshot file, off the loop (a fsync can take a while); one write at a
-// time, the newest set last.
+// The members of the API's set that passed a check (in this process, or recorded so by the
+// snapshot read at start) to the snapshot file, off the loop (a fsync can take a while); one write
+// at a time, the newest set last. A member never seen ready is not written: after a restart during
+// an API outage, the snapshot offers only addresses that were apiservers of this cluster.
 void ControlPlane::write_snapshot() {
     const Settings& s = config().s;
     const auto now = static_cast<int64_t>(std::time(nullptr));
-    if (s.discovery_snapshot_file.empty() || discovered_.empty()) return;
-    if (discovered_ == snapshot_set_ && now - snapshot_.written_unix < kSnapshotRefreshS &&
-        now >= snapshot_.written_unix)
+    if (s.discovery_snapshot_file.empty() || !api_set_) return;
+    std::vector<std::string> checked;
+    for (const auto& key : discovered_) {
+        HostPort hp;
+        if (!parse_host_port(key, hp, nullptr)) continue;
+        const Upstream* u = find_live(hp);
+        if (u && (u->passed_check || u->checked_earlier)) checked.push_back(key);
+    }
+    if (checked.empty()) return;  // the file keeps what it has; its age tells
+    if (checked == snapshot_set_ && now - snapshot_.written_unix < kSnapshotRefreshS && now >= snapshot_.written_unix)
         return;
     if (snapshot_writing_) {
         snapshot_again_ = true;
@@ -219,13 +258,13 @@ void ControlPlane::write_snapshot() {
     DiscoverySnapshot snap;
     snap.written_unix = now;
     snap.ca_sha256 = ca_sha256_;
-    for (const auto& key : discovered_) {
+    for (const auto& key : checked) {
         HostPort hp;
         if (parse_host_port(key, hp, nullptr)) snap.endpoints.push_back(hp);
     }
     snapshot_text_ = render_snapshot(snap);
     snapshot_written_pending_ = snap.written_unix;
-    snapshot_pending_set_ = discovered_;
+    snapshot_pending_set_ = std::move(checked);
     snapshot_writing_ = true;
     snapshot_work_.data = this;
     if (uv_queue_work(loop(), &snapshot_work_, on_snapshot_work, on_snapshot_done) != 0) {

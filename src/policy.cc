@@ -114,9 +114,10 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
         if (u.available(now)) {
             up[n_up++] = &u;
             if (is_zone) in_zone[n_zone++] = &u;
-        } else if (u.source == Source::discovered && u.last_ready_ms == 0) {
-            // Discovered and never ready since kprism started: not even fail-open sends there (an
-            // address the slices list is not yet known to be an apiserver of this cluster).
+        } else if (u.source != Source::configured && !u.passed_check) {
+            // Discovered (or read from the snapshot) and never ready since kprism started: not
+            // even fail-open or a TLS bootstrap sends there (an address the slices list is not
+            // yet known to be an apiserver of this cluster).
             continue;
         } else if (u.in_backoff(now)) {
             if (!backoff || u.retry_at_ms < backoff->retry_at_ms) backoff = &u;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kprism/address.h"
+#include "kprism/address_rules.h"
 #include "kprism/duration.h"
 #include "kprism/log.h"
 
@@ -64,6 +65,7 @@ struct Settings {
     bool discovery_enabled = false;  // EndpointSlice discovery (discovery.h)
     std::string discovery_snapshot_file = "/var/lib/kprism/discovery.json";
     Duration discovery_snapshot_max_age{168LL * 3600 * 1000};
+    std::vector<std::string> discovery_allowed_cidrs;  // empty: every address outside the refused ranges
     bool tcp_nodelay = true;
     Duration tcp_keepalive{30000};  // idle time before probes; 0 disables keepalive
     Duration tcp_keepalive_interval{10000};
@@ -115,6 +117,7 @@ struct Config {
     std::vector<Endpoint> endpoints;
     std::vector<sockaddr_storage> listen;     // bind_address x bind_port
     sockaddr_storage admin{};                 // health_bind_address:health_port
+    std::vector<Cidr> discovery_allowed;      // s.discovery_allowed_cidrs
     std::string config_file;                  // empty when none
     std::map<std::string, std::string> origin;  // option key -> "file:line", "flag", or absent (default)
 };

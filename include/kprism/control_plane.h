@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "kprism/config.h"
@@ -105,6 +106,14 @@ public:
     // the API last spoke, not how long the membership has been stable.
     void discovery_confirmed() { write_snapshot(); }
     static constexpr int64_t kSnapshotRefreshS = 3600;
+    static constexpr size_t kMaxRefusedWarned = 4096;  // refused addresses remembered as warned
+    // The addresses kprism listens on (bind_address x bind_port, the admin address): it never
+    // connects to them.
+    std::vector<sockaddr_storage> own_listeners() const;
+    // Drops from `endpoints` every address the rules for discovered addresses refuse
+    // (address_rules.h, discovery.allowed_cidrs), with one warning per address and `origin`
+    // ("slice" or "snapshot", `name`) while it keeps being named.
+    void drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name);
     // nullptr when discovery is off.
     const DiscoveryStatus* discovery() const;
     const SnapshotStatus& snapshot() const { return snapshot_; }
@@ -169,10 +178,12 @@ private:
     std::vector<std::string> discovered_;  // the admitted set, canonical "ip:port", sorted
     std::vector<std::string> departing_;   // left the set, waiting for an upstream that stays to be up
     bool empty_warned_ = false;
+    std::unordered_set<std::string> refused_warned_;  // "origin name address" already warned about
     bool limit_warned_ = false;
     std::string ca_sha256_;
     SnapshotStatus snapshot_;
     std::vector<std::string> snapshot_set_;  // what the file holds (as far as kprism knows)
+    bool api_set_ = false;  // discovered_ came from the API (not only from the snapshot)
     uv_work_t snapshot_work_{};
     bool snapshot_writing_ = false;
     bool snapshot_again_ = false;

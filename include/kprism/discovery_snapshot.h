@@ -16,6 +16,10 @@ struct DiscoverySnapshot {
     int64_t written_unix = 0;
     std::string ca_sha256;            // of the CA file's bytes: a snapshot of another cluster is foreign
     std::vector<HostPort> endpoints;  // IP literals with their ports
+    // Version 2 (what render_snapshot writes): every endpoint passed a readiness check (membership.cc
+    // says when). Version 1 (written before) lists every admitted endpoint, checked or not: read
+    // with `checked` false.
+    bool checked = true;
 };
 
 // A snapshot file is at most this large (32 endpoints take about 1.5 KiB).
@@ -24,7 +28,8 @@ constexpr size_t kMaxSnapshotBytes = 64 * 1024;
 constexpr int64_t kSnapshotFutureSkewS = 300;
 
 std::string render_snapshot(const DiscoverySnapshot& s);
-// The format alone: kind, version, types, at most kMaxDiscovered IP endpoints. False with `err`.
+// The format alone: kind, version (1 or 2), types, at most kMaxDiscovered IP endpoints. False with
+// `err`.
 bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& err);
 // Reads and checks the file at start: its size, format, CA (`ca_sha256` of the current CA file;
 // empty: unknown, then any differs) and age against `max_age_s` at `now_unix`. False with the one

@@ -89,6 +89,7 @@ struct Upstream {
     uv_getaddrinfo_t resolve_req{};
     bool resolving = false;
     bool resolve_failed_logged = false;
+    std::string resolved_to_self;  // the resolved addresses skipped as kprism's own listeners, as warned
 
     // Readiness, decided by health checks (rise/fall) and passive signals.
     Health health = Health::unknown;
@@ -104,6 +105,12 @@ struct Upstream {
     DownReason down_reason = DownReason::other;
     uint64_t last_change_ms = 0;
     uint64_t last_ready_ms = 0;
+    // Answered a readiness check "ready" at least once in this process. A discovered or snapshot
+    // upstream without it never gets a client connection, not even failing open (policy.cc).
+    bool passed_check = false;
+    // Read from a snapshot that records it as checked in an earlier process: kept in the snapshot
+    // while the slices list it, but never a reason to send it traffic.
+    bool checked_earlier = false;
     ProbeMark probe;                // the last probe (passive failures leave it alone)
     bool rejection_logged = false;  // "health check unauthorized" said since it last accepted us
     double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured

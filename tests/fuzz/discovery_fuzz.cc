@@ -11,9 +11,14 @@
 //   seeds and mutations of bare JSON reach the slice rules without an HTTP head);
 // - as a watch stream: the input through a LineSplitter with a small bound derived from the hash,
 //   whole and in pieces, which must yield the same lines.
+// - as a snapshot file: the input through parse_snapshot.
 // Checked: no crash or UB; every failure has a one-line reason; a list has at most kMaxSlices
 // slices, a slice at most kMaxSliceEndpoints endpoints, each an IP literal with a port, canonical
-// and unique in its slice; events carry what their type promises.
+// and unique in its slice; events carry what their type promises. Every endpoint of a slice or a
+// snapshot goes through the address rules (address_rules.h) as discovery applies them: by default
+// none admitted is loopback, unspecified, link-local, multicast or broadcast (also IPv4-mapped),
+// told here from the address bytes on their own; with an allow-list, each admitted one is in it;
+// never kprism's own listeners.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -21,7 +26,10 @@
 #include <vector>
 
 #include "fuzz_util.h"
+#include "kprism/address_rules.h"
 #include "kprism/discovery_parse.h"
+#include "kprism/discovery_snapshot.h"
+#include "kprism/upstream.h"
 
 using kprism::DiscoveredSlice;
 using kprism::HostPort;
@@ -36,6 +44,48 @@ namespace {
 void check_reason(const std::string& err) {
     FUZZ_CHECK(!err.empty());
     FUZZ_CHECK(err.find('\n') == std::string::npos);
+}
+
+// Refused by the byte rules alone (IPv4-mapped IPv6 as its IPv4 address).
+bool in_refused_range(const unsigned char* b, bool v6) {
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (v6 && std::equal(mapped, mapped + 12, b)) return in_refused_range(b + 12, false);
+    const size_t n = v6 ? 16 : 4;
+    if (std::all_of(b, b + n, [](unsigned char c) { return c == 0; })) return true;  // unspecified
+    if (!v6)
+        return b[0] == 127 || (b[0] == 169 && b[1] == 254) || (b[0] >= 224 && b[0] <= 239) ||
+               std::all_of(b, b + 4, [](unsigned char c) { return c == 0xff; });
+    const bool loop = std::all_of(b, b + 15, [](unsigned char c) { return c == 0; }) && b[15] == 1;
+    return loop || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff;
+}
+
+// The address rules on one endpoint, as membership applies them to slices and snapshots.
+void check_rules(const HostPort& hp) {
+    static const std::vector<sockaddr_storage> listeners = [] {
+        std::vector<sockaddr_storage> v(2);
+        kprism::ip_to_sockaddr("127.0.0.1", 7445, v[0]);
+        kprism::ip_to_sockaddr("10.1.2.3", 6443, v[1]);
+        return v;
+    }();
+    static const kprism::AddressRules defaults({}, listeners);
+    static const kprism::AddressRules allow10 = [] {
+        kprism::Cidr c;
+        kprism::parse_cidr("10.0.0.0/8", c, nullptr);
+        return kprism::AddressRules({c}, listeners);
+    }();
+    sockaddr_storage ss;
+    FUZZ_CHECK(kprism::ip_to_sockaddr(hp.host, hp.port, ss));
+    const bool v6 = ss.ss_family == AF_INET6;
+    const unsigned char* b = v6 ? reinterpret_cast<const sockaddr_in6*>(&ss)->sin6_addr.s6_addr
+                                : reinterpret_cast<const unsigned char*>(&reinterpret_cast<const sockaddr_in*>(&ss)->sin_addr);
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    const unsigned char* v4 = !v6 ? b : std::equal(mapped, mapped + 12, b) ? b + 12 : nullptr;
+    const bool listener = v4 && ((hp.port == 7445 && v4[0] == 127 && v4[1] == 0 && v4[2] == 0 && v4[3] == 1) ||
+                                 (hp.port == 6443 && v4[0] == 10 && v4[1] == 1 && v4[2] == 2 && v4[3] == 3));
+    const bool refused = in_refused_range(b, v6);
+    const bool admitted = defaults.refuse(kprism::as_sockaddr(ss)).empty();
+    FUZZ_CHECK(admitted == (!refused && !listener));
+    if (allow10.refuse(kprism::as_sockaddr(ss)).empty()) FUZZ_CHECK(v4 && v4[0] == 10 && !listener);
 }
 
 void check_slice(const DiscoveredSlice& s) {
@@ -58,6 +108,7 @@ void check_slice(const DiscoveredSlice& s) {
         FUZZ_CHECK(back == hp);
         // ...once per slice.
         for (size_t j = 0; j < i; ++j) FUZZ_CHECK(!(s.endpoints[j] == hp));
+        check_rules(hp);
     }
 }
 
@@ -194,6 +245,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // As bare JSON.
     check_list(input);
     check_event(input);
+
+    // As a snapshot file.
+    kprism::DiscoverySnapshot snap;
+    std::string serr;
+    if (kprism::parse_snapshot(input, snap, serr)) {
+        FUZZ_CHECK(snap.endpoints.size() <= kprism::kMaxDiscovered);
+        for (const HostPort& hp : snap.endpoints) {
+            FUZZ_CHECK(hp.is_ip && hp.port != 0);
+            check_rules(hp);
+        }
+    } else {
+        check_reason(serr);
+    }
 
     // As a watch stream with a small bound: the same lines however the bytes arrive.
     uint64_t s = h;

@@ -449,6 +449,35 @@ TEST(Config, DuplicateEndpointInOtherSpelling) {
     EXPECT_ERROR(e, "duplicate endpoint '[fd00:0:0::1]:6443'");
 }
 
+// kprism never connects to itself: an endpoint that is one of its listeners is refused, a
+// wildcard bind matching any local address with its port; the admin listener counts too.
+TEST(Config, EndpointThatIsAListenerIsRefused) {
+    EXPECT_ERROR(load_bad("endpoints = [\"10.0.0.1:6443\", \"127.0.0.1:7445\"]\n"),
+                 "'127.0.0.1:7445' is an address kprism itself listens on");
+    EXPECT_ERROR(load_bad("endpoints = [\"127.0.0.1:7446\"]\n"), "'127.0.0.1:7446' is an address kprism itself");
+    EXPECT_ERROR(load_bad("endpoints = [\"[::ffff:127.0.0.1]:7445\"]\n"), "kprism itself listens on");
+    EXPECT_ERROR(load_bad("endpoints = [\"127.0.0.1:9000\"]\nbind_port = 9000\n"), "kprism itself listens on");
+    EXPECT_ERROR(load_bad("endpoints = [\"127.0.0.5:7445\"]\nbind_address = [\"0.0.0.0\"]\nallow_non_loopback = true\n"),
+                 "'127.0.0.5:7445' is an address kprism itself listens on");
+    EXPECT_ERROR(load_bad("endpoints = [\"[::1]:7445\"]\nbind_address = [\"::\"]\nallow_non_loopback = true\n"),
+                 "kprism itself listens on");
+    // Another port, or another loopback address than the one bound: not kprism.
+    load_ok("endpoints = [\"127.0.0.1:6443\"]\n");
+    load_ok("endpoints = [\"127.0.0.2:7445\"]\n");
+}
+
+TEST(Config, DiscoveryAllowedCidrs) {
+    Config c = load_ok(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"127.0.0.0/8\", \"fd00::/8\"]\n");
+    ASSERT_EQ(c.discovery_allowed.size(), 2u);
+    EXPECT_EQ(c.discovery_allowed[0].str(), "127.0.0.0/8");
+    EXPECT_EQ(c.discovery_allowed[1].str(), "fd00::/8");
+    EXPECT_EQ(load_ok(kEp, {"--discovery-allowed-cidrs=10.0.0.0/8,192.168.0.0/16"}).discovery_allowed.size(), 2u);
+    EXPECT_TRUE(load_ok(kEp).discovery_allowed.empty());
+    EXPECT_ERROR(load_bad(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"10.0.0.1\"]\n"),
+                 "discovery.allowed_cidrs: '10.0.0.1' is not a CIDR");
+    EXPECT_ERROR(load_bad(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"10.0.0.0/40\"]\n"), "prefix longer than 32");
+}
+
 // Endpoint lists hold at most kMaxUpstreams (64): pick_upstream only looks at the first 64 and
 // TriedSet is a 64-bit mask, so a 65th endpoint would silently never be used.
 TEST(Config, MoreThan64EndpointsRejected) {
@@ -712,7 +741,7 @@ TEST(RenderConfig, EveryKeyWithOrigin) {
     EXPECT_TRUE(contains(r, "nodelay = true  # default\n")) << r;
     EXPECT_TRUE(contains(r, "\n[log]\n")) << r;
     EXPECT_TRUE(contains(r, "policy = \"random\"  # default\n")) << r;
-    EXPECT_FALSE(contains(r, "[]")) << "top-level keys come before any section:\n" << r;
+    EXPECT_FALSE(contains(r, "\n[]\n")) << "top-level keys come before any section:\n" << r;
     for (const auto& o : options()) {
         std::string key = o.key;
         std::string leaf = key.substr(key.find('.') == std::string::npos ? 0 : key.find('.') + 1);
@@ -831,7 +860,8 @@ TEST(Config, ReloadableColumn) {
     for (const auto& o : options())
         if (!o.reloadable) restart_only.push_back(o.key);
     EXPECT_EQ(restart_only, (std::vector<std::string>{"keep_on_crash", "discovery.enabled", "discovery.snapshot_file",
-                                                      "discovery.snapshot_max_age", "health.bind_address",
+                                                      "discovery.snapshot_max_age", "discovery.allowed_cidrs",
+                                                      "health.bind_address",
                                                       "health.port"}));
 }
 

@@ -43,7 +43,7 @@ DiscoverySnapshot sample() {
 
 TEST(DiscoverySnapshot, RoundTrip) {
     std::string text = render_snapshot(sample());
-    EXPECT_EQ(text, R"({"kind":"kprism-discovery-snapshot","version":1,"written_unix":1000000,"ca_sha256":"ab12",)"
+    EXPECT_EQ(text, R"({"kind":"kprism-discovery-snapshot","version":2,"written_unix":1000000,"ca_sha256":"ab12",)"
                     R"("endpoints":["10.0.0.1:6443","[fd00::2]:443"]})"
                     "\n");
     DiscoverySnapshot back;
@@ -53,6 +53,20 @@ TEST(DiscoverySnapshot, RoundTrip) {
     EXPECT_EQ(back.ca_sha256, "ab12");
     ASSERT_EQ(back.endpoints.size(), 2u);
     EXPECT_EQ(back.endpoints[1].str(), "[fd00::2]:443");
+    EXPECT_TRUE(back.checked);
+}
+
+// Version 1 listed every admitted endpoint, checked or not: still read, its endpoints unchecked.
+TEST(DiscoverySnapshot, VersionOneIsReadAsUnchecked) {
+    DiscoverySnapshot back;
+    std::string err;
+    ASSERT_TRUE(parse_snapshot(R"({"kind":"kprism-discovery-snapshot","version":1,"written_unix":5,"ca_sha256":"ab",)"
+                               R"("endpoints":["10.0.0.1:6443"]})",
+                               back, err))
+        << err;
+    EXPECT_FALSE(back.checked);
+    ASSERT_EQ(back.endpoints.size(), 1u);
+    EXPECT_EQ(back.endpoints[0].str(), "10.0.0.1:6443");
 }
 
 TEST(DiscoverySnapshot, BadFormsAreRefusedWithAReason) {
@@ -64,8 +78,8 @@ TEST(DiscoverySnapshot, BadFormsAreRefusedWithAReason) {
         {"\x01\x02\xff garbage", "not JSON"},
         {"[]", "not a kprism-discovery-snapshot document"},
         {R"({"kind":"Other","version":1})", "not a kprism-discovery-snapshot document"},
-        {R"({"kind":"kprism-discovery-snapshot","version":2,"written_unix":1,"ca_sha256":"","endpoints":[]})",
-         "version is not 1"},
+        {R"({"kind":"kprism-discovery-snapshot","version":3,"written_unix":1,"ca_sha256":"","endpoints":[]})",
+         "version is not 1 or 2"},
         {R"({"kind":"kprism-discovery-snapshot","version":1,"written_unix":"1","ca_sha256":"","endpoints":[]})",
          "wrong type"},
         {R"({"kind":"kprism-discovery-snapshot","version":1,"written_unix":1,"ca_sha256":"","endpoints":["api:6443"]})",

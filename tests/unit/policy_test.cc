@@ -147,6 +147,23 @@ TEST_F(PickTest, NoFallbackWhenFailClosed) {
     EXPECT_EQ(pick_upstream(pool, *random, 0, kNow, false), &pool[1]);
 }
 
+// Failing open (and during a TLS bootstrap, which falls back the same way), a discovered or
+// snapshot upstream is a candidate only once it passed a check in this process; a configured one
+// always is.
+TEST_F(PickTest, FallbackNeverSendsToAnUncheckedDiscoveredOrSnapshotUpstream) {
+    pool[0].health = Health::unknown;
+    pool[0].source = Source::snapshot;
+    pool[0].checked_earlier = true;  // checked by an earlier process: not enough
+    pool[1].health = Health::down;
+    pool[1].source = Source::discovered;
+    pool[2].health = Health::down;
+    pool[2].source = Source::configured;
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow, true), &pool[2]);
+    EXPECT_EQ(pick_upstream(pool, *random, 0b100, kNow, true), nullptr);
+    pool[0].passed_check = true;  // answered ready once since kprism started
+    EXPECT_EQ(pick_upstream(pool, *random, 0b100, kNow, true), &pool[0]);
+}
+
 TEST_F(PickTest, FallbackUnknownBeforeDown) {
     pool[0].health = Health::down;
     pool[1].health = Health::unknown;
