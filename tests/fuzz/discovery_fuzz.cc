@@ -13,7 +13,9 @@
 //   whole and in pieces, which must yield the same lines.
 // Checked: no crash or UB; every failure has a one-line reason; a list has at most kMaxSlices
 // slices, a slice at most kMaxSliceEndpoints endpoints, each an IP literal with a port, canonical
-// and unique in its slice; events carry what their type promises.
+// and unique in its slice; events carry what their type promises; every accepted resourceVersion
+// is 1 to 64 bytes of [0-9A-Za-z._-] (it goes back into a watch's request line) and makes a
+// request head of exactly one request line.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
+#include "kprism/discovery.h"
 #include "kprism/discovery_parse.h"
 
 using kprism::DiscoveredSlice;
@@ -61,6 +64,18 @@ void check_slice(const DiscoveredSlice& s) {
     }
 }
 
+// Checked by hand, not by valid_resource_version(): the set the request line may carry.
+void check_resource_version(const std::string& rv) {
+    FUZZ_CHECK(!rv.empty() && rv.size() <= 64);
+    for (char c : rv)
+        FUZZ_CHECK((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' || c == '_' ||
+                   c == '-');
+    std::string req = kprism::discovery_request(rv, 300, "10.0.0.1");
+    FUZZ_CHECK(req.find("&resourceVersion=" + rv + "&timeoutSeconds=300 HTTP/1.1\r\nHost: 10.0.0.1\r\n") !=
+               std::string::npos);
+    FUZZ_CHECK(std::count(req.begin(), req.end(), '\n') == 6 && req.find("\r\n\r\n") == req.size() - 4);
+}
+
 void check_list(std::string_view body) {
     kprism::SliceList l;
     std::string err;
@@ -69,7 +84,7 @@ void check_list(std::string_view body) {
         return;
     }
     FUZZ_CHECK(body.size() <= kprism::kMaxSliceListBytes);
-    FUZZ_CHECK(!l.resource_version.empty());
+    check_resource_version(l.resource_version);
     FUZZ_CHECK(l.items.size() <= kprism::kMaxSlices);
     for (const auto& s : l.items) check_slice(s);
 }
@@ -86,11 +101,11 @@ void check_event(std::string_view line) {
     case WatchEventType::added:
     case WatchEventType::modified:
     case WatchEventType::deleted:
-        FUZZ_CHECK(!e.resource_version.empty());
+        check_resource_version(e.resource_version);
         check_slice(e.slice);
         break;
     case WatchEventType::bookmark:
-        FUZZ_CHECK(!e.resource_version.empty());
+        check_resource_version(e.resource_version);
         FUZZ_CHECK(e.slice.endpoints.empty());
         break;
     case WatchEventType::error:
