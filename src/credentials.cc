@@ -14,18 +14,6 @@ const char* credentials_state_name(CredentialsState s) {
     return "unknown";
 }
 
-CertVerdict cert_verdict_of(CheckResult r) {
-    switch (r) {
-    case CheckResult::ready:
-    case CheckResult::not_ready: return CertVerdict::accepted;
-    case CheckResult::unauthorized: return CertVerdict::rejected;
-    case CheckResult::timeout:
-    case CheckResult::connect_failed:
-    case CheckResult::tls_failed: return CertVerdict::silent;
-    }
-    return CertVerdict::silent;
-}
-
 Credentials::Outcome Credentials::on_result(const UpstreamPool& ups, const Upstream& u, const ProbeMark& prev,
                                             uint64_t now_ms, uint64_t generation) {
     Outcome out;

@@ -23,6 +23,20 @@ constexpr const char* kPath =
 
 }  // namespace
 
+std::string discovery_request(std::string_view resource_version, uint64_t timeout_seconds, std::string_view host) {
+    std::string target = kPath;
+    if (resource_version.empty()) {
+        target += "&limit=500";
+    } else {
+        if (!valid_resource_version(resource_version)) return {};
+        target += fmt::format("&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
+                              resource_version, timeout_seconds);
+    }
+    return fmt::format(
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        target, host, kVersion);
+}
+
 Discovery::Discovery(ControlPlane& cp) : cp_(cp) {}
 
 Discovery::~Discovery() = default;
@@ -73,25 +87,26 @@ void Discovery::begin() {
 
 void Discovery::send(bool watch) {
     const Settings& s = cp_.config().s;
-    std::string target = kPath;
     uint64_t total = kListTimeoutMs;
+    uint64_t secs = 0;
     if (watch) {
-        uint64_t secs = 300 + random_below(300);
-        target += fmt::format("&watch=true&allowWatchBookmarks=true&resourceVersion={}&timeoutSeconds={}",
-                              st_.resource_version, secs);
+        secs = 300 + random_below(300);
         total = secs * 1000 + kWatchGraceMs;
         phase_ = Phase::watching;
         st_.state = "watching";
     } else {
-        target += "&limit=500";
         phase_ = Phase::listing;
         st_.state = "listing";
         relist_ = false;
         list_next_ = false;
     }
-    std::string req = fmt::format(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-        target, via_->host_header(), kVersion);
+    std::string req = discovery_request(watch ? st_.resource_version : "", secs, via_->host_header());
+    if (req.empty()) {  // the parser lets none through; were one stored, list afresh instead of sending it
+        st_.resource_version.clear();
+        list_next_ = true;
+        failed("resource version refused");
+        return;
+    }
     http_ = HttpStream();
     lines_ = LineSplitter(kMaxWatchEventBytes);
     body_.clear();

@@ -385,7 +385,10 @@ struct Reader {
         if (name && !string(*md, "name", where + ".metadata.name", *name, true)) return false;
         if (name && name->empty()) return bad(where + ".metadata.name", "empty");
         if (!string(*md, "resourceVersion", where + ".metadata.resourceVersion", rv, rv_required)) return false;
-        return !rv_required || !rv.empty() || bad(where + ".metadata.resourceVersion", "empty");
+        if (rv.empty()) return !rv_required || bad(where + ".metadata.resourceVersion", "empty");
+        return valid_resource_version(rv) ||
+               bad(where + ".metadata.resourceVersion",
+                   fmt::format("'{}' refused (want at most {} of 0-9 A-Z a-z . _ -)", quote(rv), kMaxResourceVersion));
     }
 
     // The port endpoints are reached on: 0 when the slice has none usable.
@@ -507,6 +510,14 @@ WatchEventType event_type(std::string_view t, bool& ok) {
 }
 
 }  // namespace
+
+bool valid_resource_version(std::string_view rv) {
+    if (rv.empty() || rv.size() > kMaxResourceVersion) return false;
+    return std::all_of(rv.begin(), rv.end(), [](char c) {
+        return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' || c == '_' ||
+               c == '-';
+    });
+}
 
 bool parse_slice_list(std::string_view body, SliceList& out, std::string& err) {
     out = SliceList();

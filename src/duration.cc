@@ -32,13 +32,14 @@ std::optional<Duration> parse_duration(std::string_view s, std::string* error) {
     }
     if (s == "0") return Duration{0};
     // Whole nanoseconds in integers, so "1ns" is exactly 1 and never rounds to a millisecond.
-    constexpr int64_t kMaxNs = int64_t{86400} * 365 * 1000000000;
+    constexpr int64_t kMaxNs = int64_t{86400} * 365 * 1000000000;  // 8760h
     int64_t total_ns = 0;
     size_t i = 0;
     auto bad = [&](std::string msg) -> std::optional<Duration> {
         fail(error, std::move(msg));
         return std::nullopt;
     };
+    auto too_large = [&] { return bad(fmt::format("duration '{}' is too large (at most 8760h)", s)); };
     while (i < s.size()) {
         size_t start = i;
         while (i < s.size() && ((s[i] >= '0' && s[i] <= '9') || s[i] == '.')) ++i;
@@ -57,9 +58,14 @@ std::optional<Duration> parse_duration(std::string_view s, std::string* error) {
                                     : fmt::format("unknown unit '{}' in duration '{}'", unit, s));
         const auto unit_ns = static_cast<int64_t>(found->ns);
         std::string_view whole = num.substr(0, dot), frac = dot == std::string_view::npos ? "" : num.substr(dot + 1);
-        if (whole.size() > 12) return bad(fmt::format("duration '{}' is too large", s));
+        // Every product and sum is checked against the bound before it is formed: a signed overflow
+        // is undefined, and in practice wraps a huge value into a plausible one.
         int64_t w = 0;
-        for (char c : whole) w = w * 10 + (c - '0');
+        for (char c : whole) {
+            if (w > (kMaxNs - (c - '0')) / 10) return too_large();
+            w = w * 10 + (c - '0');
+        }
+        if (w > kMaxNs / unit_ns) return too_large();
         int64_t part = w * unit_ns;
         int64_t scale = unit_ns;
         for (char c : frac) {  // digits beyond the unit's nanosecond resolution must be zero
@@ -70,8 +76,9 @@ std::optional<Duration> parse_duration(std::string_view s, std::string* error) {
             scale /= 10;
             part += (c - '0') * scale;
         }
+        // part <= kMaxNs + unit_ns (the fraction adds less than one unit) and total_ns <= kMaxNs: no overflow.
+        if (part > kMaxNs || part > kMaxNs - total_ns) return too_large();
         total_ns += part;
-        if (part > kMaxNs || total_ns > kMaxNs) return bad(fmt::format("duration '{}' is too large", s));
     }
     if (total_ns % 1000000 != 0)
         return bad(fmt::format("duration '{}' is not a whole number of milliseconds", s));

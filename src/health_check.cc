@@ -415,7 +415,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
     // The kept connection ended before a byte of the answer (the apiserver closed it as the
     // request went out, say): not the apiserver's answer. The probe moves to a new connection,
     // once; its result is the probe's.
-    if (reused_ && !retried_ && r != CheckResult::timeout && parser_.buffered() == 0) {
+    if (reused_ && !retried_ && r != CheckResult::timeout && parser_.received() == 0) {
         KPRISM_DEBUG("probe connection ended before an answer; probing on a new one",
                      {{"upstream", up_.name}, {"error", error}});
         ++up_.probe_connections_ended;

@@ -140,9 +140,8 @@ std::string render_metrics(const Snapshot& s) {
             w.sample(up_label(*u, "state", health_name(h)), u->health == h ? 1 : 0);
     w.family("kprism_upstream_down_reason", "gauge", "Why the upstream is down: 1 for its reason (shutdown, etcd, other: the failing /readyz checks; unauthorized, connect, timeout, tls: the check result), 0 for the others; all 0 while it is not down.");
     for (const Upstream* u : ups)
-        for (size_t i = 0; i < kDownReasons; ++i)
-            w.sample(up_label(*u, "reason", down_reason_name(static_cast<DownReason>(i))),
-                     u->health == Health::down && u->down_reason == static_cast<DownReason>(i) ? 1 : 0);
+        for (const DownReasonInfo& d : kDownReasonTable)
+            w.sample(up_label(*u, "reason", d.name), u->health == Health::down && u->down_reason == d.reason ? 1 : 0);
     w.family("kprism_upstream_close_bursts_total", "counter", "Bursts of established connections the upstream ended itself (3 within 1 s), each starting a check at once.");
     for (const Upstream* u : ups) w.sample(up_label(*u), u->close_bursts);
     w.family("kprism_upstream_transitions_total", "counter", "Health changes of the upstream, by the state it went to.");
@@ -152,8 +151,8 @@ std::string render_metrics(const Snapshot& s) {
     }
     w.family("kprism_health_checks_total", "counter", "Readiness check results of the upstream (passive failures of client connections count as failed checks).");
     for (const Upstream* u : ups)
-        for (size_t i = 0; i < std::size(u->checks); ++i)
-            w.sample(up_label(*u, "result", result_name(static_cast<CheckResult>(i))), u->checks[i]);
+        for (const CheckResultInfo& c : kCheckResultTable)
+            w.sample(up_label(*u, "result", c.name), u->checks[static_cast<size_t>(c.result)]);
     w.family("kprism_health_check_duration_seconds", "histogram", "Duration of readiness checks, from the TCP connect to the result.");
     for (const Upstream* u : ups) {
         const Histogram& h = u->check_duration;

@@ -60,19 +60,6 @@ FailingChecks parse_readyz_body(std::string_view body) {
     return out;
 }
 
-const char* down_reason_name(DownReason r) {
-    switch (r) {
-    case DownReason::shutdown: return "shutdown";
-    case DownReason::etcd: return "etcd";
-    case DownReason::other: return "other";
-    case DownReason::unauthorized: return "unauthorized";
-    case DownReason::connect: return "connect";
-    case DownReason::timeout: return "timeout";
-    case DownReason::tls: return "tls";
-    }
-    return "other";
-}
-
 DownReason down_reason_of_checks(const FailingChecks& c) {
     if (c.has("shutdown")) return DownReason::shutdown;
     if (c.etcd()) return DownReason::etcd;

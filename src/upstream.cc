@@ -13,18 +13,6 @@
 
 namespace kprism {
 
-const char* result_name(CheckResult r) {
-    switch (r) {
-    case CheckResult::ready: return "ready";
-    case CheckResult::not_ready: return "not_ready";
-    case CheckResult::timeout: return "timeout";
-    case CheckResult::connect_failed: return "connect_failed";
-    case CheckResult::tls_failed: return "tls_failed";
-    case CheckResult::unauthorized: return "unauthorized";
-    }
-    return "?";
-}
-
 const char* source_name(Source s) {
     switch (s) {
     case Source::configured: return "static";
@@ -96,15 +84,7 @@ CheckResult check_result_of(ConnectFailure f) {
 }
 
 DownReason down_reason_of(CheckResult r, const FailingChecks& checks) {
-    switch (r) {
-    case CheckResult::not_ready: return down_reason_of_checks(checks);
-    case CheckResult::timeout: return DownReason::timeout;
-    case CheckResult::connect_failed: return DownReason::connect;
-    case CheckResult::tls_failed: return DownReason::tls;
-    case CheckResult::unauthorized: return DownReason::unauthorized;
-    case CheckResult::ready: break;
-    }
-    return DownReason::other;
+    return r == CheckResult::not_ready ? down_reason_of_checks(checks) : check_result_info(r).down;
 }
 
 Upstream* UpstreamPool::find(const HostPort& addr) {
@@ -200,7 +180,7 @@ bool UpstreamPool::note(Upstream& u, CheckResult r, const std::string& error, ui
     u.last_result_ms = now;
     u.failing_checks = std::move(failing);
     if (r != CheckResult::ready) u.down_reason = down_reason_of(r, u.failing_checks);
-    ++u.checks[static_cast<int>(r)];
+    ++u.checks[static_cast<size_t>(r)];
     if (r == CheckResult::ready) {
         u.last_ready_ms = now;
         u.passed_check = true;

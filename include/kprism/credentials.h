@@ -17,10 +17,8 @@ enum class CredentialsState {
 };
 const char* credentials_state_name(CredentialsState s);  // "unknown", "ok", "rejected"
 
-// What a probe result says about the client certificate: ready and not_ready are HTTP answers
-// after authentication (accepted), unauthorized is a rejection, the rest say nothing.
-enum class CertVerdict { accepted, rejected, silent };
-CertVerdict cert_verdict_of(CheckResult r);
+// What a probe result says about the client certificate (CertVerdict, upstream.h).
+constexpr CertVerdict cert_verdict_of(CheckResult r) { return check_result_info(r).verdict; }
 
 // The condition's state machine, pure: it reads the upstreams' probe marks (Upstream::probe) and
 // is told the current certificate generation (TlsClientContext::generation).

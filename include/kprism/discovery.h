@@ -22,6 +22,12 @@ namespace kprism {
 class ControlPlane;
 struct Upstream;
 
+// The request head of discovery's list (`resource_version` empty) or of a watch from
+// `resource_version` for `timeout_seconds`, to `host`. Empty, and nothing to send, when
+// `resource_version` fails valid_resource_version(): a value from the network never reaches the
+// request line unchecked.
+std::string discovery_request(std::string_view resource_version, uint64_t timeout_seconds, std::string_view host);
+
 class Discovery final : private TlsClient::Handler {
 public:
     explicit Discovery(ControlPlane& cp);

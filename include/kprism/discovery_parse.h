@@ -111,6 +111,13 @@ struct WatchEvent {
 inline constexpr size_t kMaxSliceListBytes = 4u << 20, kMaxWatchEventBytes = 1u << 20, kMaxSliceEndpoints = 1000,
                         kMaxSlices = 32;
 
+// A resourceVersion kprism may send back in a watch's query. Kubernetes calls it opaque;
+// kube-apiserver sends etcd's revision in decimal. Accepted: 1 to kMaxResourceVersion bytes of
+// [0-9A-Za-z._-], nothing that could end the query, the request line or a header. Every
+// resourceVersion read from the network (a list's, an event's, a bookmark's) passes here.
+inline constexpr size_t kMaxResourceVersion = 64;
+bool valid_resource_version(std::string_view rv);
+
 // Both return false with a one-line reason in `err` (naming the field and the bad value) for
 // anything not a well-formed EndpointSlice list / watch event; `out` is then unspecified. JSON is
 // read by parse_json (json.h: depth 32). Never throw.
@@ -123,7 +130,8 @@ inline constexpr size_t kMaxSliceListBytes = 4u << 20, kMaxWatchEventBytes = 1u 
 // conditions.ready == false or conditions.terminating == true. More than kMaxSliceEndpoints
 // endpoints in one slice, or more than kMaxSlices items in a list, is an error.
 // The list needs metadata.resourceVersion and items (null: none); a watch event needs the object's resourceVersion
-// (except ERROR, whose object is a Status: code, message).
+// (except ERROR, whose object is a Status: code, message). A resourceVersion, wherever present (the
+// items' too), must pass valid_resource_version(), else the list or event is an error.
 bool parse_slice_list(std::string_view body, SliceList& out, std::string& err);
 bool parse_watch_event(std::string_view line, WatchEvent& out, std::string& err);
 

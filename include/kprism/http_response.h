@@ -10,15 +10,26 @@
 
 namespace kprism {
 
-// Feed bytes as they arrive; the parser stops at `max_bytes` in total. It is done once the status
-// line and headers are complete and either the body is complete (Content-Length), a short excerpt
-// of it has been read, or the peer closed. It never allocates beyond `max_bytes`.
+// Feed bytes as they arrive; the parser keeps at most `max_bytes` in total (the head, the body,
+// a chunk-size or trailer line in progress). It is done once the status line and headers are
+// complete and either the body is complete (Content-Length, or the last chunk and the trailers of a
+// chunked body), a short excerpt of it has been read, or the peer closed. It never allocates
+// beyond `max_bytes`. Interim answers (1xx: 100 Continue, 103 Early Hints) are read and dropped,
+// at most kMaxInterim of them; 101 is an error (nothing asked to switch protocols).
+// "Transfer-Encoding: chunked" (alone) is decoded: body() and body_excerpt() hold the data, never
+// the framing; a chunk-size line past kMaxChunkLine bytes, a size that is not hex or past 2^60,
+// data not followed by CRLF, or trailers past kMaxTrailers bytes are errors. Any other
+// Transfer-Encoding is read as it comes, to the close. With a Transfer-Encoding, Content-Length
+// is ignored (RFC 9112, 6.3).
 // Body::whole: the body is wanted as it is, whatever the status: done only once it is complete
-// (Content-Length, else the peer's close); reaching `max_bytes` first is an error.
+// (Content-Length, the last chunk, else the peer's close); reaching `max_bytes` first is an error.
 class HttpResponseParser {
 public:
     enum class State { need_more, done, error };
     enum class Body { excerpt, whole };
+    static constexpr size_t kMaxInterim = 8;
+    static constexpr size_t kMaxChunkLine = 1024;  // with extensions and CRLF
+    static constexpr size_t kMaxTrailers = 4096;   // all trailer lines and the final CRLF
 
     explicit HttpResponseParser(size_t max_bytes = 16384, size_t body_excerpt = 1024, Body mode = Body::excerpt,
                                 bool whole_body_for_reuse = false)
@@ -28,10 +39,11 @@ public:
     State eof();  // the peer closed the stream
     State state() const { return state_; }
 
-    int status() const { return status_; }
+    int status() const { return status_; }  // of the final answer, once its status line is in
     // The first bytes of the body with control characters replaced, for logs ("[-]etcd failed...").
     std::string body_excerpt() const;
-    // The body as received, up to Content-Length (Body::whole; with Body::excerpt, what was read).
+    // The body as received (decoded when chunked), up to Content-Length (Body::whole; with
+    // Body::excerpt, what was read).
     std::string body() const;
     const std::string& error() const { return error_; }
     // The connection can carry another request: an HTTP/1.1 response, done, with a Content-Length
@@ -39,11 +51,19 @@ public:
     // Transfer-Encoding; and only with `whole_body_for_reuse`, which makes a 2xx wait for its body
     // too (else done at its headers).
     bool reusable() const;
-    size_t buffered() const { return buf_.size(); }  // bytes kept so far, at most max_bytes (tests, fuzzing)
+    size_t buffered() const { return head_.size() + line_.size() + body_.size(); }  // kept, at most max_bytes
+    size_t received() const { return received_; }  // bytes taken in so far (any answer, interim ones too)
 
 private:
-    State parse();
+    enum class Phase { head, length, to_close, chunk_size, chunk_data, chunk_crlf, trailers, complete };
     State fail(std::string why);
+    void step(std::string_view& in);
+    void take_head(std::string_view& in);
+    void parse_head();  // the head in head_ is complete: headers, then the body's phase
+    void take_line(std::string_view& in, size_t limit);
+    void chunk_size_line();
+    void check_done();
+    size_t room() const { return max_ - buffered(); }
 
     size_t max_;
     size_t excerpt_max_;
@@ -52,10 +72,19 @@ private:
     bool http11_ = false;
     bool conn_close_ = false;
     bool chunked_ = false;  // any Transfer-Encoding
-    std::string buf_;
+    bool trailing_ = false;  // bytes after the response in the piece that ended it
+    Phase phase_ = Phase::head;
+    std::string head_;  // the final answer's status line and headers (an interim one's while it is read)
+    std::string line_;  // a chunk-size or trailer line being read
+    std::string body_;  // decoded
     State state_ = State::need_more;
     int status_ = 0;
-    size_t header_end_ = 0;  // offset of the body, once known
+    size_t interim_ = 0;
+    size_t received_ = 0;
+    size_t body_cap_ = 0;  // done when the body reaches it (excerpt mode; SIZE_MAX: no such end)
+    uint64_t chunk_left_ = 0;
+    size_t crlf_seen_ = 0;
+    size_t trailer_bytes_ = 0;
     long long content_length_ = -1;
     std::string error_;
 };

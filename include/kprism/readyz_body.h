@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,10 +34,28 @@ constexpr size_t kReadyzBodyMax = 8192;
 
 FailingChecks parse_readyz_body(std::string_view body);
 
-// The reason label of kprism_upstream_down_reason: a fixed small set.
-enum class DownReason { shutdown, etcd, other, unauthorized, connect, timeout, tls };
-constexpr size_t kDownReasons = 7;
-const char* down_reason_name(DownReason r);
+// The reason label of kprism_upstream_down_reason: a fixed small set, listed once in
+// kDownReasonTable (a row per value, in the enum's order), which sizes every array and loop over
+// them. A new reason goes before `last` and gets its row.
+enum class DownReason { shutdown, etcd, other, unauthorized, connect, timeout, tls, last = tls };
+struct DownReasonInfo {
+    DownReason reason;
+    const char* name;  // the metric label and /status's down_reason
+};
+inline constexpr DownReasonInfo kDownReasonTable[] = {
+    {DownReason::shutdown, "shutdown"},         {DownReason::etcd, "etcd"},       {DownReason::other, "other"},
+    {DownReason::unauthorized, "unauthorized"}, {DownReason::connect, "connect"}, {DownReason::timeout, "timeout"},
+    {DownReason::tls, "tls"},
+};
+inline constexpr size_t kDownReasons = std::size(kDownReasonTable);
+static_assert(static_cast<size_t>(DownReason::last) + 1 == kDownReasons, "a row in kDownReasonTable per DownReason");
+consteval bool down_reason_rows_in_order() {
+    for (size_t i = 0; i < kDownReasons; ++i)
+        if (static_cast<size_t>(kDownReasonTable[i].reason) != i) return false;
+    return true;
+}
+static_assert(down_reason_rows_in_order(), "kDownReasonTable's rows in DownReason's order");
+constexpr const char* down_reason_name(DownReason r) { return kDownReasonTable[static_cast<size_t>(r)].name; }
 // "shutdown" wins over the etcd checks (an apiserver shutting down may lose etcd on its way out),
 // those over any other name; no name at all is `other`.
 DownReason down_reason_of_checks(const FailingChecks& c);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -30,9 +31,39 @@ constexpr size_t kMaxDiscovered = 32;
 enum class Source { configured, discovered, snapshot };
 const char* source_name(Source s);  // "static", "discovered", "snapshot"
 
-// The outcome classes of one readiness check.
-enum class CheckResult { ready, not_ready, timeout, connect_failed, tls_failed, unauthorized };
-const char* result_name(CheckResult r);
+// What a probe result says about the client certificate: ready and not_ready are HTTP answers
+// after authentication (accepted), unauthorized is a rejection, the rest say nothing
+// (credentials.h).
+enum class CertVerdict { accepted, rejected, silent };
+
+// The outcome classes of one readiness check, listed once in kCheckResultTable (a row per value,
+// in the enum's order), which sizes every array and loop over them. A new class goes before
+// `last` and gets its row.
+enum class CheckResult { ready, not_ready, timeout, connect_failed, tls_failed, unauthorized, last = unauthorized };
+struct CheckResultInfo {
+    CheckResult result;
+    const char* name;    // the metric label, /status's last_result, log lines
+    CertVerdict verdict;  // what it says about the client certificate
+    DownReason down;     // the down reason of an upstream it takes down (not_ready: from its failing checks)
+};
+inline constexpr CheckResultInfo kCheckResultTable[] = {
+    {CheckResult::ready, "ready", CertVerdict::accepted, DownReason::other},
+    {CheckResult::not_ready, "not_ready", CertVerdict::accepted, DownReason::other},
+    {CheckResult::timeout, "timeout", CertVerdict::silent, DownReason::timeout},
+    {CheckResult::connect_failed, "connect_failed", CertVerdict::silent, DownReason::connect},
+    {CheckResult::tls_failed, "tls_failed", CertVerdict::silent, DownReason::tls},
+    {CheckResult::unauthorized, "unauthorized", CertVerdict::rejected, DownReason::unauthorized},
+};
+inline constexpr size_t kCheckResults = std::size(kCheckResultTable);
+static_assert(static_cast<size_t>(CheckResult::last) + 1 == kCheckResults, "a row in kCheckResultTable per CheckResult");
+consteval bool check_result_rows_in_order() {
+    for (size_t i = 0; i < kCheckResults; ++i)
+        if (static_cast<size_t>(kCheckResultTable[i].result) != i) return false;
+    return true;
+}
+static_assert(check_result_rows_in_order(), "kCheckResultTable's rows in CheckResult's order");
+constexpr const CheckResultInfo& check_result_info(CheckResult r) { return kCheckResultTable[static_cast<size_t>(r)]; }
+constexpr const char* result_name(CheckResult r) { return check_result_info(r).name; }
 
 // unknown: no verdict yet (start-up, or no client certificate to check with).
 enum class Health { unknown, up, down };
@@ -140,7 +171,7 @@ struct Upstream {
     uint64_t connect_failures = 0;
     uint64_t bytes_to_upstream = 0;
     uint64_t bytes_from_upstream = 0;
-    uint64_t checks[6] = {};  // per CheckResult
+    uint64_t checks[kCheckResults] = {};  // per CheckResult
     uint64_t resumed_handshakes = 0;
     uint64_t full_handshakes = 0;
     uint64_t probes_reused = 0;            // readiness probes sent on the kept probe connection

@@ -62,6 +62,9 @@ func (s *server) healthChecks() (healthz, livez, readyz []healthCheck) {
 	for _, h := range postStartHooks {
 		hooks = append(hooks, healthCheck{name: "poststarthook/" + h, check: ok})
 	}
+	for i := 1; i <= s.opt.extraHooks; i++ { // --extra-poststart-hooks: a longer body, as more hooks make it
+		hooks = append(hooks, healthCheck{name: fmt.Sprintf("poststarthook/extra-%d", i), check: ok})
+	}
 	healthz = append([]healthCheck{ping, logc, etcd}, hooks...)
 	livez = append([]healthCheck{ping, logc, etcd}, hooks...)
 	readyz = append(append([]healthCheck{ping, logc, etcd, etcdReady, informer}, hooks...), shutdown)

@@ -7,6 +7,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -122,4 +123,43 @@ func TestEtcdLost(t *testing.T) {
 	s.waitLog(`event=etcd-restored`, 2*time.Second)
 	expect(t, "request across the restore", (<-done).code, 200)
 	expect(t, "readyz after restore", do(t, c, "GET", s.url("/readyz"), "").body, bodyOK)
+}
+
+// --extra-poststart-hooks: each hook one more "[+]" line; past 2048 bytes net/http sends the
+// failing /readyz chunked (no Content-Length), as kube-apiserver does with enough hooks.
+func TestExtraPostStartHooksMakeAChunkedFailure(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, startStore(t, 100), "--extra-poststart-hooks", "80")
+	c := adminClient(t)
+	extra := ""
+	for i := 1; i <= 80; i++ {
+		extra += fmt.Sprintf(fmtOK, fmt.Sprintf("poststarthook/extra-%d", i))
+	}
+	want := line(fmtOK, "ping", "log", "etcd", "etcd-readiness", "informer-sync") + hookLines(fmtOK) + extra +
+		line(fmtOK, "shutdown") + fmt.Sprintf(fmtPassed, "readyz")
+	expect(t, "readyz?verbose", do(t, c, "GET", s.url("/readyz?verbose"), "").body, want)
+
+	s.post(t, "/etcd/lose")
+	s.waitLog(`event=etcd-lost`, 2*time.Second)
+	resp, err := c.Get(s.url("/readyz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantFailed := line(fmtOK, "ping", "log") + line(fmtFailed, "etcd", "etcd-readiness") + line(fmtOK, "informer-sync") +
+		hookLines(fmtOK) + extra + line(fmtOK, "shutdown") + fmt.Sprintf(fmtFailedEnd, "readyz")
+	expect(t, "readyz code (etcd lost)", resp.StatusCode, 500)
+	expect(t, "readyz body (etcd lost)", string(b), wantFailed)
+	if len(b) <= 2048 {
+		t.Errorf("body of %d bytes, want more than 2048", len(b))
+	}
+	expect(t, "Transfer-Encoding", strings.Join(resp.TransferEncoding, ","), "chunked")
+	expect(t, "Content-Length", resp.ContentLength, int64(-1))
+	if _, err := serveFlags([]string{"--tls-cert-file", "c", "--tls-private-key-file", "k", "--extra-poststart-hooks", "-1"}); err == nil {
+		t.Error("--extra-poststart-hooks -1 accepted")
+	}
 }

@@ -62,6 +62,7 @@ type options struct {
 	version           string
 	name              string
 	logConnections    bool
+	extraHooks        int
 }
 
 type server struct {
@@ -405,6 +406,7 @@ func serveFlags(args []string) (options, error) {
 	fs.DurationVar(&o.minRequestTimeout, "min-request-timeout", 1800*time.Second, "length of a watch without timeoutSeconds")
 	fs.StringVar(&o.version, "version", "v1.32.0", "gitVersion served at /version")
 	fs.StringVar(&o.name, "name", "", "name in the log lines")
+	fs.IntVar(&o.extraHooks, "extra-poststart-hooks", 0, "register N more post-start hooks, poststarthook/extra-1..N, in the health checks (test only: a failing /readyz past 2048 bytes, which net/http sends chunked)")
 	fs.BoolVar(&o.logConnections, "log-connections", false, "log every accepted connection, TLS handshake and request with its time (test only, for benches)")
 	// kube-apiserver's own spellings of the certificate flags, as the brief also names them.
 	fs.StringVar(&o.certFile, "cert-file", "", "same as --tls-cert-file")
@@ -421,6 +423,9 @@ func serveFlags(args []string) (options, error) {
 	}
 	if o.certFile == "" || o.keyFile == "" {
 		return o, errors.New("--tls-cert-file and --tls-private-key-file are required")
+	}
+	if o.extraHooks < 0 || o.extraHooks > 10000 {
+		return o, errors.New("--extra-poststart-hooks must be in [0, 10000]")
 	}
 	if o.goawayChance < 0 || o.goawayChance > 1 {
 		return o, errors.New("--goaway-chance must be in [0, 1]")

@@ -18,7 +18,9 @@
 // snapshot goes through the address rules (address_rules.h) as discovery applies them: by default
 // none admitted is loopback, unspecified, link-local, multicast or broadcast (also IPv4-mapped),
 // told here from the address bytes on their own; with an allow-list, each admitted one is in it;
-// never kprism's own listeners.
+// never kprism's own listeners. Every accepted resourceVersion is 1 to 64 bytes of
+// [0-9A-Za-z._-] (it goes back into a watch's request line) and makes a request head of exactly
+// one request line.
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 
 #include "fuzz_util.h"
 #include "kprism/address_rules.h"
+#include "kprism/discovery.h"
 #include "kprism/discovery_parse.h"
 #include "kprism/discovery_snapshot.h"
 #include "kprism/upstream.h"
@@ -112,6 +115,18 @@ void check_slice(const DiscoveredSlice& s) {
     }
 }
 
+// Checked by hand, not by valid_resource_version(): the set the request line may carry.
+void check_resource_version(const std::string& rv) {
+    FUZZ_CHECK(!rv.empty() && rv.size() <= 64);
+    for (char c : rv)
+        FUZZ_CHECK((c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' || c == '_' ||
+                   c == '-');
+    std::string req = kprism::discovery_request(rv, 300, "10.0.0.1");
+    FUZZ_CHECK(req.find("&resourceVersion=" + rv + "&timeoutSeconds=300 HTTP/1.1\r\nHost: 10.0.0.1\r\n") !=
+               std::string::npos);
+    FUZZ_CHECK(std::count(req.begin(), req.end(), '\n') == 6 && req.find("\r\n\r\n") == req.size() - 4);
+}
+
 void check_list(std::string_view body) {
     kprism::SliceList l;
     std::string err;
@@ -120,7 +135,7 @@ void check_list(std::string_view body) {
         return;
     }
     FUZZ_CHECK(body.size() <= kprism::kMaxSliceListBytes);
-    FUZZ_CHECK(!l.resource_version.empty());
+    check_resource_version(l.resource_version);
     FUZZ_CHECK(l.items.size() <= kprism::kMaxSlices);
     for (const auto& s : l.items) check_slice(s);
 }
@@ -137,11 +152,11 @@ void check_event(std::string_view line) {
     case WatchEventType::added:
     case WatchEventType::modified:
     case WatchEventType::deleted:
-        FUZZ_CHECK(!e.resource_version.empty());
+        check_resource_version(e.resource_version);
         check_slice(e.slice);
         break;
     case WatchEventType::bookmark:
-        FUZZ_CHECK(!e.resource_version.empty());
+        check_resource_version(e.resource_version);
         FUZZ_CHECK(e.slice.endpoints.empty());
         break;
     case WatchEventType::error:

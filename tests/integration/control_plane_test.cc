@@ -33,7 +33,56 @@ const std::string kEtcdLost =
     "body 500\n[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n[-]etcd-readiness failed: reason withheld\n"
     "[+]shutdown ok\nreadyz check failed";
 
+// kube-apiserver's failing /readyz with `hooks` more post-start hooks: past 2048 bytes, so Go's
+// net/http sends it chunked.
+std::string etcd_lost_long(int hooks) {
+    std::string b = "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n[-]etcd-readiness failed: reason withheld\n";
+    for (int i = 1; i <= hooks; ++i) b += "[+]poststarthook/extra-" + std::to_string(i) + " ok\n";
+    return b + "[+]shutdown ok\nreadyz check failed\n";
+}
+
 }  // namespace
+
+// A failing /readyz sent chunked (and after a 103 Early Hints) is read to its last chunk: the 500
+// and its failing checks count, not the health timeout the unended body would run into.
+TEST(ControlPlane, ChunkedFailuresAreReadAndDeclareNoEtcdQuorum) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b");
+    Kprism k({a.addr(), b.addr()}, tls_flags(pki, {"--health-timeout", "900ms"}));
+    for (auto* s : {&a, &b}) ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + s->addr()));
+    const std::string body = etcd_lost_long(160);
+    ASSERT_GT(body.size(), 4096u);  // more than one 2048-byte chunk
+    a.set("body 500 chunked\n" + body);
+    b.set("body 500 hints chunked\n" + body);
+    ASSERT_TRUE(k.wait_output("msg=\"control plane has no etcd quorum", 8000ms)) << k.output();
+    for (auto* s : {&a, &b})
+        EXPECT_NE(k.output().find("msg=\"upstream down\" upstream=" + s->addr() +
+                                  " was=up reason=\"not_ready: etcd,etcd-readiness\""),
+                  std::string::npos)
+            << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find(R"("condition":"no-etcd-quorum")"), std::string::npos) << status;
+    size_t at = 0;
+    for (int n = 0; n < 2; ++n, ++at) {
+        at = status.find(R"("last_result":"not_ready")", at);
+        ASSERT_NE(at, std::string::npos) << status;
+    }
+    EXPECT_EQ(status.find(R"("last_result":"timeout")"), std::string::npos) << status;
+    for (int n = 0; n < 2; ++n) {
+        at = n == 0 ? status.find(R"("down_reason":"etcd")") : status.find(R"("down_reason":"etcd")", at + 1);
+        ASSERT_NE(at, std::string::npos) << status;
+    }
+    std::string metrics = body_of(http_get(k.admin_port, "/metrics"));
+    EXPECT_NE(metrics.find("\nkprism_etcd_quorum_lost 1\n"), std::string::npos) << metrics;
+    for (auto* s : {&a, &b}) {
+        EXPECT_NE(metrics.find("kprism_upstream_down_reason{upstream=\"" + s->addr() + "\",reason=\"etcd\"} 1\n"),
+                  std::string::npos)
+            << metrics;
+        EXPECT_NE(metrics.find("kprism_health_checks_total{upstream=\"" + s->addr() + "\",result=\"timeout\"} 0\n"),
+                  std::string::npos)
+            << metrics;
+    }
+}
 
 // The failing checks become the reason: in the "upstream down" line, /status, `kprism status`
 // and the bounded down-reason metric.

@@ -180,6 +180,9 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
          "--connect-timeout: \"0\" out of range 1ms-1m"},
         {"duration below a millisecond", {kEp, ep, "--drain-timeout", "250us"}, "", 1,
          "--drain-timeout: duration '250us' is not a whole number of milliseconds"},
+        // 160127986751h in nanoseconds wraps an int64_t to 2m56.512s, inside drain_timeout's range.
+        {"duration that would wrap", {kEp, ep, "--drain-timeout", "160127986751h"}, "", 1,
+         "--drain-timeout: duration '160127986751h' is too large (at most 8760h)"},
         // Rules between keys.
         {"timeout = interval", {kEp, ep, "--health-timeout", "5s"}, "", 1,
          "health.timeout: 5s must be shorter than health.interval (5s) (the other value is from default)"},
@@ -277,6 +280,9 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
         {"endpoint table without address", {"--config", "@FILE"}, "endpoints = [{ zone = \"a\" }]\n", 1,
          ":1: endpoints: endpoint table without address"},
         {"empty endpoint list", {"--config", "@FILE"}, "endpoints = []\n", 1, "no endpoints configured"},
+        {"duration that would wrap, in the file", {"--config", "@FILE"},
+         "endpoints = [\"127.0.0.1:1\"]\ndrain_timeout = \"160127986751h\"\n", 1,
+         ":2: drain_timeout: duration '160127986751h' is too large (at most 8760h)"},
         {"timeout vs interval in the file", {"--config", "@FILE"},
          "endpoints = [\"127.0.0.1:1\"]\n[health]\ntimeout = \"3s\"\ninterval = \"2s\"\n", 1,
          ":3: health.timeout: 3s must be shorter than health.interval (2s) (the other value is from "},

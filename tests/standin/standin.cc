@@ -264,7 +264,32 @@ After serve_readyz(Conn& c, const std::string& path, const std::string& user, bo
     if (mode.rfind("body ", 0) == 0) {
         int code = std::atoi(mode.c_str() + 5);
         if (code < 200 || code > 599) code = 500;
-        return send(code, text, custom);
+        // "body CODE [hints] [chunked]": a 103 Early Hints first; the body in chunks as Go's
+        // net/http sends any body past 2048 bytes without a Content-Length.
+        std::istringstream words(mode.substr(5));
+        bool hints = false, chunked = false;
+        for (std::string w; words >> w;) {
+            hints = hints || w == "hints";
+            chunked = chunked || w == "chunked";
+        }
+        if (!hints && !chunked) return send(code, text, custom);
+        log(std::to_string(code));
+        std::string out;
+        if (hints) out += "HTTP/1.1 103 Early Hints\r\nLink: </readyz>; rel=preload\r\n\r\n";
+        if (!chunked) {
+            out += response(code, reason_phrase(code), text, custom, close_after);
+        } else {
+            out += fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nX-Content-Type-Options: nosniff\r\n"
+                               "Transfer-Encoding: chunked\r\nX-Served-By: {}\r\n{}\r\n",
+                               code, reason_phrase(code), text, g_name, close_after ? "Connection: close\r\n" : "");
+            for (size_t i = 0; i < custom.size(); i += 2048) {
+                std::string piece = custom.substr(i, 2048);
+                out += fmt::format("{:x}\r\n{}\r\n", piece.size(), piece);
+            }
+            out += "0\r\n\r\n";
+        }
+        bool ok = c.write(out);
+        return ok && !close_after ? After::keep : After::close;
     }
     if (mode == "huge" || mode == "huge500") {
         constexpr size_t kHuge = 10u << 20;
@@ -478,8 +503,9 @@ void usage() {
                "  --client-ca           require a client certificate signed by this CA\n"
                "  --readyz-file         re-read on every GET /readyz: 200 (default, also when missing),\n"
                "                        500, 401, 403, any 3-digit code, hang, slow MS, garbage, huge, huge500,\n"
-               "                        close, or a line \"body CODE\" and the body to answer after it, or a line\n"
-               "                        \"raw\" (then keep) or \"rawclose\" and the whole response after it\n"
+               "                        close, or a line \"body CODE\" and the body to answer after it\n"
+               "                        (\"body CODE hints chunked\": a 103 Early Hints first, the body chunked),\n"
+               "                        or a line \"raw\" (then keep) or \"rawclose\" and the whole response after it\n"
                "  SIGUSR1               shuts down every connection being served at once\n");
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kprism/discovery.h"
 #include "kprism/discovery_parse.h"
 
 using kprism::DiscoveredSlice;
@@ -569,6 +570,113 @@ TEST(DiscoveryEvents, AWatchStreamEndToEnd) {
         EXPECT_EQ(got[1].resource_version, "6");
         EXPECT_EQ(got[2].code, 410);
         EXPECT_EQ(s.buffered(), 0u);
+    }
+}
+
+// ---- resource versions: sent back in the watch's request line, so never taken as they come ----
+
+// JSON string bodies (escaped) an apiserver could send as a resourceVersion, none of them safe.
+const char* const kHostileVersions[] = {
+    R"(1 HTTP/1.1\r\nX-Injected: yes\r\nX-Pad: )",
+    R"(1\r\nX-Injected: yes)",
+    R"(1\nX-Injected: yes)",
+    "1 2",
+    "1&watch=false",
+    "1#frag",
+    "1?x=y",
+    "1/../2",
+    "1%0d%0aX-Injected:%20yes",
+    R"(1\u0000)",
+    R"(\u00e91)",
+    "1+2",
+    "1;x",
+    R"(1\"x)",
+    R"(1\t2)",
+};
+
+TEST(DiscoveryResourceVersion, HostileListIsRefusedNamingTheField) {
+    for (const char* rv : kHostileVersions) {
+        std::string err = list_err(list_json({}, rv));
+        EXPECT_NE(err.find("list.metadata.resourceVersion: '"), std::string::npos) << rv << ": " << err;
+        EXPECT_NE(err.find("refused (want at most 64 of 0-9 A-Z a-z . _ -)"), std::string::npos) << err;
+        EXPECT_EQ(err.find('\r'), std::string::npos) << err;  // quoted: control bytes shown as '?'
+    }
+    std::string err = list_err(list_json({}, std::string(65, '7')));
+    EXPECT_NE(err.find("list.metadata.resourceVersion"), std::string::npos) << err;
+}
+
+TEST(DiscoveryResourceVersion, HostileEventOrBookmarkOrItemIsRefused) {
+    for (const char* rv : kHostileVersions) {
+        std::string obj = slice_json("kubernetes", "IPv4", R"([{"addresses":["10.0.0.1"]}])", kHttps, rv);
+        for (const char* type : {"ADDED", "MODIFIED", "DELETED"}) {
+            std::string err = event_err(std::string(R"({"type":")") + type + R"(","object":)" + obj + "}");
+            EXPECT_NE(err.find("event.object.metadata.resourceVersion: '"), std::string::npos) << rv << ": " << err;
+        }
+        std::string err = event_err(std::string(R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":")") + rv +
+                                    "\"}}}");
+        EXPECT_NE(err.find("event.object.metadata.resourceVersion: '"), std::string::npos) << rv << ": " << err;
+        err = list_err(list_json({obj}));
+        EXPECT_NE(err.find("items[0].metadata.resourceVersion: '"), std::string::npos) << rv << ": " << err;
+    }
+}
+
+TEST(DiscoveryResourceVersion, WhatApiserversSendIsAccepted) {
+    for (const std::string& rv : std::vector<std::string>{"0", "1", "123456789012345", "a.b_c-D", std::string(64, '9')}) {
+        EXPECT_EQ(list_ok(list_json({}, rv)).resource_version, rv);
+        EXPECT_EQ(event_ok(R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":")" + rv + "\"}}}").resource_version, rv);
+        EXPECT_TRUE(kprism::valid_resource_version(rv)) << rv;
+    }
+    EXPECT_FALSE(kprism::valid_resource_version(""));
+    EXPECT_FALSE(kprism::valid_resource_version(std::string(65, '9')));
+    EXPECT_FALSE(kprism::valid_resource_version("1\r\nX: y"));
+}
+
+// The request head has exactly one request line and the fixed headers, whatever it is given.
+void expect_one_head(const std::string& req) {
+    ASSERT_GE(req.size(), 4u);
+    EXPECT_EQ(req.find("\r\n\r\n"), req.size() - 4) << req;
+    std::vector<std::string> lines;
+    for (size_t at = 0; at < req.size() - 4;) {
+        size_t end = req.find("\r\n", at);
+        lines.push_back(req.substr(at, end - at));
+        at = end + 2;
+    }
+    ASSERT_EQ(lines.size(), 5u) << req;
+    EXPECT_EQ(lines[0].rfind("GET /apis/discovery.k8s.io/v1/namespaces/default/endpointslices?", 0), 0u) << lines[0];
+    EXPECT_EQ(lines[0].find(' '), 3u);
+    EXPECT_EQ(lines[0].find(' ', 4), lines[0].size() - 9) << lines[0];  // "... HTTP/1.1"
+    EXPECT_EQ(lines[1], "Host: 10.0.0.1");
+    for (const auto& l : lines) {
+        EXPECT_EQ(l.find('\n'), std::string::npos);
+        EXPECT_EQ(l.find("Injected"), std::string::npos) << l;
+    }
+}
+
+TEST(DiscoveryResourceVersion, RequestLineTakesOnlyASafeVersion) {
+    std::string list = kprism::discovery_request("", 300, "10.0.0.1");
+    expect_one_head(list);
+    EXPECT_NE(list.find("&limit=500 HTTP/1.1\r\n"), std::string::npos) << list;
+    EXPECT_EQ(list.find("resourceVersion"), std::string::npos);
+    std::string watch = kprism::discovery_request("4711", 321, "10.0.0.1");
+    expect_one_head(watch);
+    EXPECT_NE(watch.find("&watch=true&allowWatchBookmarks=true&resourceVersion=4711&timeoutSeconds=321 HTTP/1.1\r\n"),
+              std::string::npos)
+        << watch;
+    for (std::string rv : {std::string("1 HTTP/1.1\r\nX-Injected: yes\r\nX-Pad: "), std::string("1\nX-Injected: yes"),
+                           std::string("1&watch=false"), std::string("1 2"), std::string(65, '1')})
+        EXPECT_EQ(kprism::discovery_request(rv, 300, "10.0.0.1"), "") << rv;
+}
+
+// What a list answers is what the next watch's request line carries, or nothing is sent.
+TEST(DiscoveryResourceVersion, AnInjectedVersionNeverReachesARequestLine) {
+    for (const char* rv : kHostileVersions) {
+        SliceList l;
+        std::string err;
+        if (kprism::parse_slice_list(list_json({}, rv), l, err)) {
+            ADD_FAILURE() << "accepted " << rv;
+            std::string req = kprism::discovery_request(l.resource_version, 300, "10.0.0.1");
+            if (!req.empty()) expect_one_head(req);
+        }
     }
 }
 

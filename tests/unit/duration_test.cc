@@ -79,6 +79,25 @@ TEST(ParseDuration, UnitsAreCaseSensitive) {
     error_of("1H");
 }
 TEST(ParseDuration, TooLarge) { EXPECT_NE(error_of("100000h").find("too large"), std::string::npos); }
+// The bound is checked before every multiplication and sum: 160127986751h times 3.6e12 ns wraps
+// an int64_t to 176512000000 (2m56.512s), a value every range check would have let through.
+TEST(ParseDuration, HugeValuesAreTooLargeNotWrapped) {
+    for (std::string_view s : {"160127986751h", "999999999999h", "2562048h", "153722868m", "9223372037s",
+                               "999999999999.5h", "99999999999999999999999ns", "1h160127986751h",
+                               "8760h8760h", "8760h1ms", "8760.000001h"}) {
+        std::string e = error_of(s);
+        EXPECT_NE(e.find("too large (at most 8760h)"), std::string::npos) << s << ": " << e;
+    }
+}
+
+TEST(ParseDuration, UpToTheBound) {
+    EXPECT_EQ(ms_of("8760h"), int64_t{8760} * 3600 * 1000);
+    EXPECT_EQ(ms_of("8759h59m59.999s"), int64_t{8760} * 3600 * 1000 - 1);
+    EXPECT_EQ(ms_of("525600m"), int64_t{8760} * 3600 * 1000);
+    EXPECT_EQ(ms_of("31536000000000000ns"), int64_t{8760} * 3600 * 1000);
+    EXPECT_EQ(ms_of("0000000000000005s"), 5000);  // leading zeros count for nothing, as in Go
+}
+
 TEST(ParseDuration, NullErrorPointerIsAllowed) {
     EXPECT_FALSE(parse_duration("bogus").has_value());
     EXPECT_FALSE(parse_duration("").has_value());

@@ -2,7 +2,12 @@
 // The readiness response parser: status classes, bounds, and hostile input.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <vector>
+
 #include "kprism/http_response.h"
+#include "kprism/readyz_body.h"
 
 using kprism::HttpResponseParser;
 using State = HttpResponseParser::State;
@@ -171,4 +176,151 @@ TEST(HttpResponse, ReusableOnlyAfterAnExactlyDelimitedResponse) {
     HttpResponseParser plain;
     EXPECT_EQ(feed_all(plain, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"), State::done);
     EXPECT_FALSE(plain.reusable());
+}
+
+// ---- chunked bodies and interim answers: what Go's net/http sends for a long /readyz failure ----
+
+namespace {
+
+// A body in chunks of `size` bytes, as a server sends it.
+std::string chunked(std::string_view body, size_t size, std::string_view last = "0\r\n\r\n") {
+    std::string out;
+    for (size_t i = 0; i < body.size(); i += size) {
+        std::string_view piece = body.substr(i, size);
+        out += fmt::format("{:x}\r\n", piece.size()) + std::string(piece) + "\r\n";
+    }
+    return out + std::string(last);
+}
+
+// kube-apiserver's /readyz failure: one line per check, past 2048 bytes with enough hooks.
+std::string readyz_failure(int hooks) {
+    std::string b = "[+]ping ok\n[+]log ok\n[-]etcd failed: reason withheld\n";
+    for (int i = 1; i <= hooks; ++i) b += fmt::format("[+]poststarthook/extra-{} ok\n", i);
+    return b + "[+]shutdown ok\nreadyz check failed\n";
+}
+
+const char* kChunkedHead = "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                           "X-Content-Type-Options: nosniff\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+}  // namespace
+
+TEST(HttpResponse, ChunkedFailureIsDecodedAndDoneAtTheLastChunk) {
+    std::string body = readyz_failure(80);
+    ASSERT_GT(body.size(), 2048u);
+    ASSERT_LT(body.size(), 8192u);
+    std::string r = kChunkedHead + chunked(body, 2048);
+    for (size_t step : {size_t{1}, size_t{2}, size_t{7}, size_t{4096}, r.size()}) {
+        HttpResponseParser p(16384, 8192, HttpResponseParser::Body::excerpt, true);
+        EXPECT_EQ(feed_all(p, r, step), State::done) << step;  // no wait for the close or the deadline
+        EXPECT_EQ(p.status(), 500);
+        EXPECT_EQ(p.body(), body) << step;
+        EXPECT_EQ(p.received(), r.size());
+        EXPECT_FALSE(p.reusable());
+        EXPECT_EQ(kprism::parse_readyz_body(p.body()).str(), "etcd");
+    }
+}
+
+TEST(HttpResponse, ChunkedWithExtensionsTrailersAndUppercaseHex) {
+    std::string r = "HTTP/1.1 503 Service Unavailable\r\ntransfer-encoding:  Chunked \r\n\r\n"
+                    "A;name=value\r\n[-]etcd fa\r\n1C ; x\r\niled: reason withheld\nreadyz\r\n"
+                    "0\r\nX-Trailer: one\r\nX-Other: two\r\n\r\n";
+    for (size_t step : {size_t{1}, size_t{3}, r.size()}) {
+        HttpResponseParser whole(65536, 0, HttpResponseParser::Body::whole);
+        EXPECT_EQ(feed_all(whole, r, step), State::done) << step;
+        EXPECT_EQ(whole.body(), "[-]etcd failed: reason withheld\nreadyz");
+    }
+}
+
+TEST(HttpResponse, InterimAnswersAreSkipped) {
+    std::string r = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n"
+                    "HTTP/1.1 500 Internal Server Error\r\nContent-Length: 31\r\n\r\n[-]etcd failed: reason withheld";
+    for (size_t step : {size_t{1}, size_t{5}, r.size()}) {
+        HttpResponseParser p(16384, 8192);
+        EXPECT_EQ(feed_all(p, r, step), State::done) << step;
+        EXPECT_EQ(p.status(), 500);
+        EXPECT_EQ(p.body(), "[-]etcd failed: reason withheld");
+    }
+    HttpResponseParser ok;
+    EXPECT_EQ(feed_all(ok, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), State::done);
+    EXPECT_EQ(ok.status(), 200);
+    // A close after an interim answer is no answer.
+    HttpResponseParser cut;
+    EXPECT_EQ(feed_all(cut, "HTTP/1.1 100 Continue\r\n\r\n"), State::need_more);
+    EXPECT_EQ(cut.status(), 0);
+    EXPECT_EQ(cut.eof(), State::error);
+    EXPECT_EQ(cut.error(), "connection closed after an interim (1xx) response");
+    // Bounded: a server that sends nothing but interim answers fails.
+    std::string many;
+    for (int i = 0; i < 9; ++i) many += "HTTP/1.1 100 Continue\r\n\r\n";
+    HttpResponseParser flood;
+    EXPECT_EQ(feed_all(flood, many + "HTTP/1.1 200 OK\r\n\r\n", 3), State::error);
+    EXPECT_EQ(flood.error(), "more than 8 interim (1xx) responses");
+    HttpResponseParser sw;
+    EXPECT_EQ(feed_all(sw, "HTTP/1.1 101 Switching Protocols\r\n\r\n"), State::error);
+}
+
+TEST(HttpResponse, MalformedChunkedBodiesAreErrorsNotWaits) {
+    const std::string head = "HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n";
+    struct Bad {
+        std::string body;
+        std::string error;
+    };
+    const std::vector<Bad> cases = {
+        {"zz\r\nabc", "malformed chunk size 'zz'"},
+        {"\r\nabc", "malformed chunk size ''"},
+        {"-1\r\nabc", "malformed chunk size '-1'"},
+        {"0x10\r\nabc", "malformed chunk size '0x10'"},
+        {"5 5\r\nabc", "malformed chunk size '5 5'"},
+        {"ffffffffffffffffff\r\n", "chunk size 'ffffffffffffffffff' too large"},
+        {"3\nabc", "malformed chunked body: a line not ended by CRLF"},
+        {"3\r\nabcX\r\n0\r\n\r\n", "malformed chunked body: a chunk's data not followed by CRLF"},
+        {"3\r\nabc\r0\r\n\r\n", "malformed chunked body: a chunk's data not followed by CRLF"},
+        {"1;" + std::string(2000, 'e') + "\r\nx", "chunk-size line longer than 1024 bytes"},
+        {"1\r\nx\r\n0\r\n" + std::string(5000, 't'), "chunked body's trailers longer than 4096 bytes"},
+    };
+    for (const auto& c : cases) {
+        for (size_t step : {size_t{1}, size_t{4}, size_t{100000}}) {
+            HttpResponseParser p(16384, 8192);
+            EXPECT_EQ(feed_all(p, head + c.body, step), State::error) << c.body.substr(0, 40) << " step " << step;
+            EXPECT_EQ(p.error(), c.error);
+        }
+    }
+}
+
+TEST(HttpResponse, ChunkedBodiesAreBounded) {
+    std::string big(20000, 'b');
+    std::string r = "HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked(big, 3000);
+    for (size_t step : {size_t{1}, size_t{999}, r.size()}) {
+        HttpResponseParser p(16384, 8192);
+        EXPECT_EQ(feed_all(p, r, step), State::done);  // the excerpt is all that is kept
+        EXPECT_EQ(p.body(), std::string(8192, 'b'));
+        EXPECT_LE(p.buffered(), 16384u);
+        HttpResponseParser w(4096, 0, HttpResponseParser::Body::whole);
+        EXPECT_EQ(feed_all(w, r, step), State::error);
+        EXPECT_EQ(w.error(), "response larger than 4096 bytes");
+        EXPECT_LE(w.buffered(), 4096u);
+    }
+    // A chunk that says more than it carries: the excerpt at the close, an error for the whole body.
+    std::string cut = "HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n100\r\n[-]etcd failed";
+    HttpResponseParser p;
+    EXPECT_EQ(feed_all(p, cut), State::need_more);
+    EXPECT_EQ(p.eof(), State::done);
+    EXPECT_EQ(p.body_excerpt(), "[-]etcd failed");
+    HttpResponseParser w(65536, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(w, cut), State::need_more);
+    EXPECT_EQ(w.eof(), State::error);
+    EXPECT_EQ(w.error(), "connection closed inside the chunked body");
+}
+
+// With a Transfer-Encoding the Content-Length is not the body's length (RFC 9112, 6.3); one the
+// parser does not decode is read to the close.
+TEST(HttpResponse, TransferEncodingOverridesContentLength) {
+    HttpResponseParser p(65536, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(p, "HTTP/1.1 500 X\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"),
+              State::done);
+    EXPECT_EQ(p.body(), "hello");
+    HttpResponseParser g(65536, 0, HttpResponseParser::Body::whole);
+    EXPECT_EQ(feed_all(g, "HTTP/1.1 500 X\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b"), State::need_more);
+    EXPECT_EQ(g.eof(), State::done);
+    EXPECT_EQ(g.body(), "\x1f\x8b");
 }

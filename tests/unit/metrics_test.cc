@@ -3,6 +3,8 @@
 // buckets, omitted samples; and the heartbeat verdict behind /healthz.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -380,4 +382,34 @@ TEST(Metrics, DownReasonIsABoundedStateSet) {
     EXPECT_EQ(ones, 1u);
     EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.2:6443\",reason=\"etcd\"} 1\n"), std::string::npos);
     EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.1:6443\",reason=\"timeout\"} 0\n"), std::string::npos);
+}
+
+// The result classes and down reasons are each one table: the labels are the ones kprism always
+// had, every array indexed by them is sized by it, and the metrics have a series per row.
+TEST(Metrics, ResultAndReasonTablesGiveTheLabels) {
+    std::vector<std::string> results, reasons;
+    for (const auto& c : kCheckResultTable) results.push_back(c.name);
+    for (const auto& d : kDownReasonTable) reasons.push_back(d.name);
+    EXPECT_EQ(results, (std::vector<std::string>{"ready", "not_ready", "timeout", "connect_failed", "tls_failed",
+                                                 "unauthorized"}));
+    EXPECT_EQ(reasons, (std::vector<std::string>{"shutdown", "etcd", "other", "unauthorized", "connect", "timeout",
+                                                 "tls"}));
+    static_assert(std::size(Upstream{}.checks) == kCheckResults);
+    EXPECT_EQ(result_name(CheckResult::tls_failed), std::string("tls_failed"));
+    EXPECT_EQ(down_reason_name(DownReason::connect), std::string("connect"));
+    EXPECT_EQ(down_reason_of(CheckResult::connect_failed, {}), DownReason::connect);
+    EXPECT_EQ(down_reason_of(CheckResult::unauthorized, {}), DownReason::unauthorized);
+    EXPECT_EQ(down_reason_of(CheckResult::ready, {}), DownReason::other);
+    FailingChecks etcd;
+    etcd.names = {"etcd"};
+    EXPECT_EQ(down_reason_of(CheckResult::not_ready, etcd), DownReason::etcd);
+
+    Upstream u = make_upstream("10.0.0.1:6443");
+    for (size_t i = 0; i < kCheckResults; ++i) u.checks[i] = 10 + i;
+    std::string out = render_metrics(snapshot_of({&u}));
+    for (const auto& c : kCheckResultTable)
+        EXPECT_NE(out.find(fmt::format("kprism_health_checks_total{{upstream=\"10.0.0.1:6443\",result=\"{}\"}} {}\n", c.name,
+                                       10 + static_cast<size_t>(c.result))),
+                  std::string::npos)
+            << c.name << "\n" << out;
 }
