@@ -80,7 +80,22 @@ void ControlPlane::start_checker(Upstream& u, uint64_t first_delay_ms) {
 void ControlPlane::stop_checker(Upstream& u) {
     if (u.index >= checkers_.size() || !checkers_[u.index]) return;
     checkers_[u.index]->close();
-    retired_checkers_.push_back(std::move(checkers_[u.index]));
+    if (checkers_[u.index]->closed()) checkers_[u.index].reset();  // never started: no callback to wait for
+    else retired_checkers_.push_back(std::move(checkers_[u.index]));
+}
+
+void ControlPlane::checker_closed(HealthChecker* c) {
+    auto it = std::find_if(retired_checkers_.begin(), retired_checkers_.end(),
+                           [c](const std::unique_ptr<HealthChecker>& p) { return p.get() == c; });
+    if (it == retired_checkers_.end()) return;  // closed by close(): freed with the ControlPlane
+    std::swap(*it, retired_checkers_.back());
+    retired_checkers_.pop_back();
+}
+
+size_t ControlPlane::checkers_allocated() const {
+    size_t n = retired_checkers_.size();
+    for (const auto& c : checkers_) n += c != nullptr;
+    return n;
 }
 
 bool ControlPlane::all_judged() const {

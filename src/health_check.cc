@@ -65,8 +65,9 @@ void HealthChecker::start(uint64_t first_delay_ms) {
 void HealthChecker::close() {
     if (!handles_open_) return;
     handles_open_ = false;
-    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&deadline_), nullptr);
+    timers_closing_ = 2;
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_timer_closed);
+    uv_close(reinterpret_cast<uv_handle_t*>(&deadline_), on_timer_closed);
     if (tcp_open_) {
         tcp_open_ = false;
         tcp_closing_ = true;
@@ -455,7 +456,20 @@ void HealthChecker::on_tcp_closed(uv_handle_t* h) {
     if (self->begin_when_closed_) {
         self->begin_when_closed_ = false;
         self->begin();
+        return;
     }
+    self->after_handle_closed();
+}
+
+void HealthChecker::on_timer_closed(uv_handle_t* h) {
+    auto* self = static_cast<HealthChecker*>(h->data);
+    --self->timers_closing_;
+    self->after_handle_closed();
+}
+
+// Last: `this` may be freed by the call.
+void HealthChecker::after_handle_closed() {
+    if (closed()) cp_.checker_closed(this);
 }
 
 // Start-to-start period: the interval, or the fast interval while the verdict is in flux, scaled

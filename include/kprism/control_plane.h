@@ -117,6 +117,11 @@ public:
     static constexpr size_t kCloseBurst = 3;
     static constexpr uint64_t kCloseBurstWindowMs = 1000;
     static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
+    // The last handle of a closed checker has closed (from its close callback): a removed
+    // upstream's checker is freed here, one closed by close() stays until the destructor.
+    void checker_closed(HealthChecker* c);
+    // Checkers allocated: one per live upstream, plus those of removed ones still closing.
+    size_t checkers_allocated() const;
 
 private:
     void on_health_change(Upstream& u, Health old);
@@ -153,8 +158,8 @@ private:
     UpstreamPool ups_;
     std::unique_ptr<TlsClientContext> tls_;
     std::vector<std::unique_ptr<HealthChecker>> checkers_;  // index = upstream index
-    // Closed (endpoint removed, or replaced) but possibly inside a pending close callback: freed
-    // with the ControlPlane.
+    // Closed (endpoint removed, or replaced), their close callbacks pending: each is freed by
+    // checker_closed() from the last one.
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
     uv_timer_t hold_timer_{};
