@@ -110,6 +110,11 @@ public:
     const SnapshotStatus& snapshot() const { return snapshot_; }
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
+    // May the connections of `u` be closed for being down now (close_on_down, down, not removed,
+    // no hold)? Asked again when each close is due.
+    bool may_close_for_down(const Upstream& u) const;
+    // Many connections to close for being down go at most this many a second (beyond close_spread).
+    static constexpr uint64_t kDownClosesPerSecond = 100;
     // The upstream side ended an established connection first (FIN or reset before the client's),
     // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
     // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
@@ -144,7 +149,8 @@ private:
     void on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now);
     void log_rejected_by_all(const Upstream& u) const;
     void check_all_soon(const Upstream* except);
-    void close_connections_of(Upstream& u);
+    const char* close_hold(const Upstream& u) const;
+    void close_stranded();
     void start_checker(Upstream& u, uint64_t first_delay_ms);
     void stop_checker(Upstream& u);
     void reconfigure_endpoints(const Config& next, std::string& summary);
