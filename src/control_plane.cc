@@ -374,8 +374,8 @@ void ControlPlane::close_stranded() {
         if (u.removed || u.health != Health::down || u.active == 0) continue;
         const char* hold = close_hold(u);
         if (hold && hold != u.close_hold)
-            log::warn(fmt::format("not closing connections of the down upstream: {}", hold),
-                      {{"upstream", u.name}, {"connections", u.active}});
+            log::warn("not closing connections of the down upstream",
+                      {{"upstream", u.name}, {"connections", u.active}, {"reason", hold}});
         u.close_hold = hold;
         any = any || !hold;
     }
