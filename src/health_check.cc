@@ -235,7 +235,7 @@ void HealthChecker::close_connection(bool ended_well) {
 void HealthChecker::on_idle_read(ssize_t n) {
     const char* why = nullptr;
     if (n > 0) {
-        BIO_write(rbio_, rbuf_, static_cast<int>(n));
+        BIO_write(rbio_, rbuf_.get(), static_cast<int>(n));
         char buf[512];
         ERR_clear_error();
         int r = SSL_read(ssl_, buf, sizeof buf);
@@ -320,7 +320,8 @@ void HealthChecker::flush() { write_bio_out(wbio_, reinterpret_cast<uv_stream_t*
 
 void HealthChecker::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
     auto* self = static_cast<HealthChecker*>(h->data);
-    *buf = uv_buf_init(self->rbuf_, sizeof self->rbuf_);
+    if (!self->rbuf_) self->rbuf_ = std::make_unique<char[]>(kReadBufSize);
+    *buf = uv_buf_init(self->rbuf_.get(), kReadBufSize);
 }
 
 void HealthChecker::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
@@ -331,7 +332,7 @@ void HealthChecker::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
         return;
     }
     if (n > 0) {
-        BIO_write(self->rbio_, self->rbuf_, static_cast<int>(n));
+        BIO_write(self->rbio_, self->rbuf_.get(), static_cast<int>(n));
     } else if (n == UV_EOF) {
         BIO_set_mem_eof_return(self->rbio_, 0);
     } else {
@@ -453,6 +454,7 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
 void HealthChecker::on_tcp_closed(uv_handle_t* h) {
     auto* self = static_cast<HealthChecker*>(h->data);
     self->tcp_closing_ = false;
+    self->rbuf_.reset();
     if (self->begin_when_closed_) {
         self->begin_when_closed_ = false;
         self->begin();

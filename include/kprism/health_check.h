@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kprism/http_response.h"
@@ -103,7 +104,10 @@ private:
     uint64_t started_ms_ = 0;
     uint64_t connect_started_ns_ = 0;
     uint64_t probes_ = 0;
-    char rbuf_[16384];
+    // The socket's read buffer, only while a probe connection is open (a checker between
+    // connections, or one of a removed upstream waiting for its close callbacks, holds none).
+    static constexpr size_t kReadBufSize = 16384;
+    std::unique_ptr<char[]> rbuf_;
 };
 
 }  // namespace kprism
