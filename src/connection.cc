@@ -153,8 +153,9 @@ void Connection::on_timer(uv_timer_t* t) {
         }
         break;
     case TimerFor::down:
-        // Re-checked now: the upstream may be back, or closing would leave nothing ready.
-        if (c->up_ && c->up_->health == Health::down && c->srv_.control().upstreams().up_count() > 0) {
+        // Re-checked now: the upstream may be back, or a hold begun (then the rule schedules it
+        // again when the hold ends).
+        if (c->up_ && c->srv_.control().may_close_for_down(*c->up_)) {
             c->srv_.control().note_closed_for_down();
             c->close("upstream down");
         }
@@ -298,11 +299,12 @@ void Connection::close_later_for_rebalance(uint64_t delay_ms) {
     uv_timer_start(&timer_, on_timer, delay_ms, 0);
 }
 
-void Connection::close_later_for_down(uint64_t delay_ms) {
+bool Connection::close_later_for_down(uint64_t delay_ms) {
     // A connection whose first flight awaits an answer is moved by its first-response timer instead.
-    if (closing_ || state_ != State::splicing || (awaiting_answer_ && !first_flight_.empty())) return;
+    if (closing_ || state_ != State::splicing || (awaiting_answer_ && !first_flight_.empty())) return false;
     timer_for_ = TimerFor::down;
     uv_timer_start(&timer_, on_timer, delay_ms, 0);
+    return true;
 }
 
 void Connection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {

@@ -80,7 +80,22 @@ void ControlPlane::start_checker(Upstream& u, uint64_t first_delay_ms) {
 void ControlPlane::stop_checker(Upstream& u) {
     if (u.index >= checkers_.size() || !checkers_[u.index]) return;
     checkers_[u.index]->close();
-    retired_checkers_.push_back(std::move(checkers_[u.index]));
+    if (checkers_[u.index]->closed()) checkers_[u.index].reset();  // never started: no callback to wait for
+    else retired_checkers_.push_back(std::move(checkers_[u.index]));
+}
+
+void ControlPlane::checker_closed(HealthChecker* c) {
+    auto it = std::find_if(retired_checkers_.begin(), retired_checkers_.end(),
+                           [c](const std::unique_ptr<HealthChecker>& p) { return p.get() == c; });
+    if (it == retired_checkers_.end()) return;  // closed by close(): freed with the ControlPlane
+    std::swap(*it, retired_checkers_.back());
+    retired_checkers_.pop_back();
+}
+
+size_t ControlPlane::checkers_allocated() const {
+    size_t n = retired_checkers_.size();
+    for (const auto& c : checkers_) n += c != nullptr;
+    return n;
 }
 
 bool ControlPlane::all_judged() const {
@@ -233,21 +248,18 @@ void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
     if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
 }
 
-// Down: spread closes of its established connections over close_spread, unless that would leave
-// nothing ready. Also the one line per no-ready episode.
+// The one line per no-ready episode; down for etcd, the closes wait to tell one apiserver without
+// etcd from all of them (hold_closes). The closes themselves follow from review()'s rule.
 void ControlPlane::on_health_change(Upstream& u, Health old) {
     size_t up = ups_.up_count();
     if (discovery_ && u.health == Health::down) discovery_->upstream_down(u);
     if (u.health == Health::up) settle_departures();
-    if (u.health != Health::down) u.close_held_since_ms = 0;
-    // A rejected client certificate says nothing about the connections kubelet holds there: it
-    // presents its own certificate and is already through. Down for etcd, the closes wait to
-    // tell one apiserver without etcd from all of them (hold_closes); without quorum, none.
-    if (u.health == Health::down && old == Health::up && config().s.close_on_down &&
-        u.last_result != CheckResult::unauthorized && !etcd_quorum_lost_) {
-        if (u.failing_checks.etcd()) hold_closes(u);
-        else close_connections_of(u);
+    if (u.health != Health::down) {
+        u.close_held_since_ms = 0;
+        u.close_hold = nullptr;
     }
+    if (u.health == Health::down && config().s.close_on_down && u.failing_checks.etcd() && !etcd_quorum_lost_)
+        hold_closes(u);
     if (up == 0 && (all_judged() || old == Health::up) && !failing_open_) {
         failing_open_ = true;
         ++stats_.fail_open_episodes;
@@ -312,9 +324,9 @@ void ControlPlane::review() {
             if (j != i && !ups_[j].removed && ups_[j].last_result_ms <= u.close_held_since_ms) peers_answered = false;
         if (!peers_answered && now - u.close_held_since_ms < hold) continue;
         u.close_held_since_ms = 0;
-        close_connections_of(u);
     }
     arm_hold_timer();
+    close_stranded();
 }
 
 void ControlPlane::arm_hold_timer() {
@@ -333,20 +345,61 @@ void ControlPlane::arm_hold_timer() {
 
 void ControlPlane::on_hold_timer(uv_timer_t* t) { static_cast<ControlPlane*>(t->data)->review(); }
 
-void ControlPlane::close_connections_of(Upstream& u) {
-    if (ups_.up_count() == 0) {
-        log::warn("not closing connections of the down upstream: no other upstream is up",
-                  {{"upstream", u.name}, {"connections", u.active}});
-        return;
+// Why the connections of a down upstream stay where they are now; nullptr: they may be closed.
+// The holds kprism(8) documents, each until its condition ends.
+const char* ControlPlane::close_hold(const Upstream& u) const {
+    // Every apiserver rejects the certificate: the checks cannot judge the apiservers.
+    if (creds_.rejected()) return "client certificate rejected by every apiserver";
+    // Implies none up, but it is its own episode, logged with its end.
+    if (etcd_quorum_lost_) return "no etcd quorum";
+    if (ups_.up_count() == 0) return "no other upstream is up";
+    // A rejected client certificate says nothing about the connections kubelet holds there: it
+    // presents its own certificate and is already through.
+    if (u.down_reason == DownReason::unauthorized) return "it rejects kprism's client certificate, not its clients'";
+    if (u.close_held_since_ms != 0) return "down for etcd; waiting for the other upstreams' checks";
+    return nullptr;
+}
+
+bool ControlPlane::may_close_for_down(const Upstream& u) const {
+    return config().s.close_on_down && u.health == Health::down && !u.removed && !close_hold(u);
+}
+
+// The rule: once some upstream is up, no connection stays on a down one beyond close_spread (or
+// the pace, for many), but during a hold of close_hold(). Run after every result (review()), so
+// the end of a hold, another upstream coming up and a connection that became closable are all
+// seen here. Connections already due to close for being down keep their moment.
+void ControlPlane::close_stranded() {
+    if (!config().s.close_on_down) return;
+    bool any = false;
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& u = ups_[i];
+        if (u.removed || u.health != Health::down || u.active == 0) continue;
+        const char* hold = close_hold(u);
+        if (hold && hold != u.close_hold)
+            log::warn("not closing connections of the down upstream",
+                      {{"upstream", u.name}, {"connections", u.active}, {"reason", hold}});
+        u.close_hold = hold;
+        any = any || !hold;
     }
-    if (u.active == 0) return;
-    const Duration spread = config().s.close_spread;
-    log::info("closing connections of the down upstream",
-              {{"upstream", u.name}, {"connections", u.active}, {"spread", format_duration(spread)}});
-    auto spread_ms = static_cast<uint64_t>(spread.count());
+    if (!any) return;
+    std::vector<Connection*> due;
     srv_.connections().for_each([&](Connection* c) {
-        if (c->upstream() == &u && c->splicing()) c->close_later_for_down(spread_ms ? random_below(spread_ms) : 0);
+        Upstream* u = c->upstream();
+        if (u && u->health == Health::down && !u->removed && !u->close_hold && c->splicing() && !c->closing() &&
+            !c->down_pending())
+            due.push_back(c);
     });
+    if (due.empty()) return;
+    const auto spread = std::max<uint64_t>(static_cast<uint64_t>(config().s.close_spread.count()),
+                                           due.size() * 1000 / kDownClosesPerSecond);
+    std::vector<uint32_t> per(ups_.size(), 0);
+    for (Connection* c : due)
+        if (c->close_later_for_down(spread ? random_below(spread) : 0)) ++per[c->upstream()->index];
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (per[i] > 0)
+            log::info("closing connections of the down upstream",
+                      {{"upstream", ups_[i].name}, {"connections", per[i]},
+                       {"spread", format_duration(Duration{static_cast<int64_t>(spread)})}});
 }
 
 void ControlPlane::reconfigure(const Config& next, std::string& summary) {

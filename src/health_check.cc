@@ -65,8 +65,9 @@ void HealthChecker::start(uint64_t first_delay_ms) {
 void HealthChecker::close() {
     if (!handles_open_) return;
     handles_open_ = false;
-    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&deadline_), nullptr);
+    timers_closing_ = 2;
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_timer_closed);
+    uv_close(reinterpret_cast<uv_handle_t*>(&deadline_), on_timer_closed);
     if (tcp_open_) {
         tcp_open_ = false;
         tcp_closing_ = true;
@@ -234,7 +235,7 @@ void HealthChecker::close_connection(bool ended_well) {
 void HealthChecker::on_idle_read(ssize_t n) {
     const char* why = nullptr;
     if (n > 0) {
-        BIO_write(rbio_, rbuf_, static_cast<int>(n));
+        BIO_write(rbio_, rbuf_.get(), static_cast<int>(n));
         char buf[512];
         ERR_clear_error();
         int r = SSL_read(ssl_, buf, sizeof buf);
@@ -319,7 +320,8 @@ void HealthChecker::flush() { write_bio_out(wbio_, reinterpret_cast<uv_stream_t*
 
 void HealthChecker::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
     auto* self = static_cast<HealthChecker*>(h->data);
-    *buf = uv_buf_init(self->rbuf_, sizeof self->rbuf_);
+    if (!self->rbuf_) self->rbuf_ = std::make_unique<char[]>(kReadBufSize);
+    *buf = uv_buf_init(self->rbuf_.get(), kReadBufSize);
 }
 
 void HealthChecker::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
@@ -330,7 +332,7 @@ void HealthChecker::on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*) {
         return;
     }
     if (n > 0) {
-        BIO_write(self->rbio_, self->rbuf_, static_cast<int>(n));
+        BIO_write(self->rbio_, self->rbuf_.get(), static_cast<int>(n));
     } else if (n == UV_EOF) {
         BIO_set_mem_eof_return(self->rbio_, 0);
     } else {
@@ -452,10 +454,24 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
 void HealthChecker::on_tcp_closed(uv_handle_t* h) {
     auto* self = static_cast<HealthChecker*>(h->data);
     self->tcp_closing_ = false;
+    self->rbuf_.reset();
     if (self->begin_when_closed_) {
         self->begin_when_closed_ = false;
         self->begin();
+        return;
     }
+    self->after_handle_closed();
+}
+
+void HealthChecker::on_timer_closed(uv_handle_t* h) {
+    auto* self = static_cast<HealthChecker*>(h->data);
+    --self->timers_closing_;
+    self->after_handle_closed();
+}
+
+// Last: `this` may be freed by the call.
+void HealthChecker::after_handle_closed() {
+    if (closed()) cp_.checker_closed(this);
 }
 
 // Start-to-start period: the interval, or the fast interval while the verdict is in flux, scaled

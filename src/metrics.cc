@@ -27,6 +27,7 @@ Snapshot take_snapshot(Server& srv) {
     s.crash_copy_connections = srv.crash_copy_on() ? static_cast<int64_t>(srv.crash_copy_connections()) : -1;
     s.fail_open = srv.control().failing_open();
     s.etcd_quorum_lost = srv.control().etcd_quorum_lost();
+    s.health_checkers = srv.control().checkers_allocated();
     s.draining = srv.draining();
     TlsClientContext& tls = srv.control().tls();
     s.client_cert_not_after = tls.get() ? tls.not_after() : 0;
@@ -177,6 +178,9 @@ std::string render_metrics(const Snapshot& s) {
     for (const Upstream* u : ups) w.sample(up_label(*u), u->probes_reused);
     w.family("kprism_health_check_connections_ended_total", "counter", "Kept probe connections the apiserver ended, between probes or as a probe went out (each is followed by a probe on a new connection).");
     for (const Upstream* u : ups) w.sample(up_label(*u), u->probe_connections_ended);
+
+    w.family("kprism_health_checkers", "gauge", "Readiness checkers in memory: one per upstream, plus those of removed upstreams until their sockets and timers have closed.");
+    w.sample("", s.health_checkers);
 
     w.family("kprism_connections_closed_upstream_down_total", "counter", "Established connections closed because their upstream went down.");
     w.sample("", s.stats.closed_for_down);

@@ -26,9 +26,11 @@ public:
     // Starts closing (idempotent). `reset` sends RST to the client instead of FIN.
     void close(const char* reason, bool reset_client = false, bool reset_upstream = false);
 
-    // The upstream went down: close this connection after `delay_ms` unless it recovers (or it
-    // would leave nothing ready) by then.
-    void close_later_for_down(uint64_t delay_ms);
+    // The upstream is down: close this connection after `delay_ms` if it may still be closed for
+    // that then (ControlPlane::may_close_for_down). False when it cannot be scheduled (closing,
+    // not yet spliced, or awaiting its first answer: the first-response timer moves it instead).
+    bool close_later_for_down(uint64_t delay_ms);
+    bool down_pending() const { return timer_for_ == TimerFor::down; }
     // The upstream was removed by a reload: let the connection finish for up to `drain_ms`.
     void close_later_for_removal(uint64_t drain_ms);
     // Rebalancing moves this connection: close it after `delay_ms` if its upstream is still up

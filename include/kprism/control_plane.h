@@ -119,6 +119,11 @@ public:
     const SnapshotStatus& snapshot() const { return snapshot_; }
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
+    // May the connections of `u` be closed for being down now (close_on_down, down, not removed,
+    // no hold)? Asked again when each close is due.
+    bool may_close_for_down(const Upstream& u) const;
+    // Many connections to close for being down go at most this many a second (beyond close_spread).
+    static constexpr uint64_t kDownClosesPerSecond = 100;
     // The upstream side ended an established connection first (FIN or reset before the client's),
     // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
     // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
@@ -126,6 +131,11 @@ public:
     static constexpr size_t kCloseBurst = 3;
     static constexpr uint64_t kCloseBurstWindowMs = 1000;
     static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
+    // The last handle of a closed checker has closed (from its close callback): a removed
+    // upstream's checker is freed here, one closed by close() stays until the destructor.
+    void checker_closed(HealthChecker* c);
+    // Checkers allocated: one per live upstream, plus those of removed ones still closing.
+    size_t checkers_allocated() const;
 
 private:
     void on_health_change(Upstream& u, Health old);
@@ -148,7 +158,8 @@ private:
     void on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now);
     void log_rejected_by_all(const Upstream& u) const;
     void check_all_soon(const Upstream* except);
-    void close_connections_of(Upstream& u);
+    const char* close_hold(const Upstream& u) const;
+    void close_stranded();
     void start_checker(Upstream& u, uint64_t first_delay_ms);
     void stop_checker(Upstream& u);
     void reconfigure_endpoints(const Config& next, std::string& summary);
@@ -162,8 +173,8 @@ private:
     UpstreamPool ups_;
     std::unique_ptr<TlsClientContext> tls_;
     std::vector<std::unique_ptr<HealthChecker>> checkers_;  // index = upstream index
-    // Closed (endpoint removed, or replaced) but possibly inside a pending close callback: freed
-    // with the ControlPlane.
+    // Closed (endpoint removed, or replaced), their close callbacks pending: each is freed by
+    // checker_closed() from the last one.
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
     uv_timer_t hold_timer_{};

@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "kprism/http_response.h"
@@ -21,8 +22,9 @@ class ControlPlane;
 // is not read at all).
 constexpr size_t kProbeResponseMax = 16384;
 
-// Owned by the ControlPlane (one per upstream). Its handles are closed by close(); the memory is
-// released with the ControlPlane after the loop has stopped. Probes reuse one kept connection
+// Owned by the ControlPlane (one per upstream). Its handles are closed by close(); the close
+// callback of the last one hands it back to the ControlPlane (ControlPlane::checker_closed), which
+// frees it then (a removed upstream's checker), or with itself after the loop has stopped. Probes reuse one kept connection
 // (HTTP/1.1 keep-alive: a probe costs the apiserver a request, not a handshake) and open a new one
 // at least every health.new_connection_interval, after a passive signal, and whenever the kept one
 // ended, so that a firewall that drops new connections still shows up; TLS sessions are resumed.
@@ -41,6 +43,8 @@ public:
     void check_soon(bool defer = false, bool new_connection = true);
     static constexpr uint64_t kMinGapMs = 250;
     void close();
+    // close() was called and every handle's close callback has run: nothing refers to it any more.
+    bool closed() const { return !handles_open_ && timers_closing_ == 0 && !tcp_open_ && !tcp_closing_; }
 
     // For the SSL_CTX new-session callback.
     static int on_new_session(SSL* ssl, SSL_SESSION* sess);
@@ -68,6 +72,9 @@ private:
     static void on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf);
     static void on_read(uv_stream_t* s, ssize_t n, const uv_buf_t*);
     static void on_tcp_closed(uv_handle_t* h);
+    static void on_timer_closed(uv_handle_t* h);
+    // From a close callback: when it was the last handle after close(), the ControlPlane frees it.
+    void after_handle_closed();
 
     ControlPlane& cp_;
     Upstream& up_;
@@ -76,6 +83,7 @@ private:
     uv_tcp_t tcp_{};
     uv_connect_t creq_{};
     bool handles_open_ = false;
+    int timers_closing_ = 0;    // timer_ and deadline_: uv_close called, callback pending
     bool tcp_open_ = false;     // initialised and not yet closed
     bool tcp_closing_ = false;  // uv_close called, callback pending
     bool begin_when_closed_ = false;
@@ -96,7 +104,10 @@ private:
     uint64_t started_ms_ = 0;
     uint64_t connect_started_ns_ = 0;
     uint64_t probes_ = 0;
-    char rbuf_[16384];
+    // The socket's read buffer, only while a probe connection is open (a checker between
+    // connections, or one of a removed upstream waiting for its close callbacks, holds none).
+    static constexpr size_t kReadBufSize = 16384;
+    std::unique_ptr<char[]> rbuf_;
 };
 
 }  // namespace kprism

@@ -26,6 +26,7 @@ struct Snapshot {
     int64_t crash_copy_connections = -1;  // in the stored crash copy; -1: keep_on_crash off or unavailable
     bool fail_open = false;
     bool etcd_quorum_lost = false;
+    uint64_t health_checkers = 0;  // ControlPlane::checkers_allocated()
     bool draining = false;
     int64_t client_cert_not_after = 0;  // unix time; 0: no certificate loaded
     std::string client_cert;            // the configured path

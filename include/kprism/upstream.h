@@ -164,6 +164,8 @@ struct Upstream {
     uint64_t close_bursts = 0;
     // Went down for etcd: its connections' closes wait until this loop time plus the hold; 0 = none.
     uint64_t close_held_since_ms = 0;
+    // Down with connections that stay: why (ControlPlane::close_hold, logged when it changes); nullptr: none.
+    const char* close_hold = nullptr;
 
     // Counters.
     uint32_t active = 0;

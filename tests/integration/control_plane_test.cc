@@ -296,22 +296,107 @@ TEST(ControlPlane, EtcdLostEverywhereIsOneEventAndClosesNothing) {
     EXPECT_NE(served_by(pki, k.port), "") << "fail-open: still served";
 
     a.set("200");
+    b.set("200");
+    c.set("200");
+    ASSERT_TRUE(k.wait_output("msg=\"control plane has etcd quorum again: an apiserver is ready\"", 8000ms))
+        << k.output();
+    for (auto* s : {&a, &b, &c}) ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + s->addr() + " was=down", 8000ms));
+    metrics = body_of(http_get(k.admin_port, "/metrics"));
+    EXPECT_NE(metrics.find("\nkprism_etcd_quorum_lost 0\n"), std::string::npos);
+    EXPECT_EQ(k.count_output("msg=\"control plane has no etcd quorum"), 1u);
+    EXPECT_EQ(k.count_output("msg=\"control plane has etcd quorum again"), 1u);
+    EXPECT_EQ(body_of(http_get(k.admin_port, "/status")).find("no-etcd-quorum"), std::string::npos);
+    for (int fd : held) ::close(fd);
+}
+
+namespace {
+
+// Established connections on `addr` as /status shows them; -1 if it is not listed.
+long active_on(const Kprism& k, const std::string& addr) {
+    std::string st = body_of(http_get(k.admin_port, "/status"));
+    size_t at = st.find("\"address\":\"" + addr + "\"");
+    if (at == std::string::npos) return -1;
+    size_t end = st.find('}', at), from = st.rfind('{', at);
+    size_t n = st.find("\"active_connections\":", from);
+    if (n == std::string::npos || n > end) return -1;
+    return std::strtol(st.c_str() + n + 21, nullptr, 10);
+}
+
+int count_open(const std::vector<int>& fds) {
+    int open = 0;
+    for (int fd : fds) open += still_open(fd);
+    return open;
+}
+
+const std::string kPlain503 = "body 503\n[+]ping ok\n[-]poststarthook/rbac failed: reason withheld\nreadyz check failed";
+
+// A is down; B, the last one up, takes 12 connections and goes down `b_down` (its closes held:
+// nothing else is up); then A comes back while B stays down. B's connections must move within
+// close_spread (500ms) of A being up, plus a margin for the checks and the loop.
+void stranded_on_b(const std::string& b_down, const std::string& b_reason) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b");
+    Kprism k({a.addr(), b.addr()}, tls_flags(pki, {"--close-spread", "500ms"}));
+    for (auto* s : {&a, &b}) ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + s->addr()));
+    a.set(kPlain503);
+    ASSERT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + a.addr(), 8000ms)) << k.output();
+    std::vector<int> held = hold_clients(k, 12);
+    ASSERT_EQ(active_on(k, b.addr()), 12);
+    b.set(b_down);
+    ASSERT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + b.addr() + " was=up reason=\"" + b_reason, 8000ms))
+        << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"not closing connections of the down upstream\" upstream=" + b.addr() +
+                              " connections=12 reason=\"no other upstream is up\"", 3000ms))
+        << k.output();
+    EXPECT_EQ(count_open(held), 12) << "held while nothing else is up";
+    a.set("200");
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr() + " was=down", 8000ms)) << k.output();
+    const auto up_at = Clock::now();
+    EXPECT_TRUE(eventually([&] { return active_on(k, b.addr()) == 0; }, 500ms + 1000ms))
+        << active_on(k, b.addr()) << " connections still on the down upstream B\n" << k.output();
+    ::testing::Test::RecordProperty("moved_ms", static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                    Clock::now() - up_at).count()));
+    EXPECT_TRUE(eventually([&] { return count_open(held) == 0; }, 1000ms));
+    EXPECT_EQ(k.stat("closed_for_down"), 12);
+    EXPECT_NE(k.output().find("msg=\"closing connections of the down upstream\" upstream=" + b.addr() + " connections=12"),
+              std::string::npos)
+        << k.output();
+    for (int fd : held) ::close(fd);
+}
+
+}  // namespace
+
+// The connections of an upstream that went down while it was the last one up are held (there
+// was nowhere to go), and moved once another is up although it stays down: a 503, and etcd lost.
+TEST(ControlPlane, StrandedOnDown503MoveOnceAnotherIsUp) { stranded_on_b(kPlain503, "not_ready: poststarthook/rbac"); }
+TEST(ControlPlane, StrandedOnDownEtcdMoveOnceAnotherIsUp) { stranded_on_b(kEtcdLost, "not_ready: etcd,etcd-readiness"); }
+
+// No etcd quorum anywhere (nothing closed), then one apiserver is ready again while the others
+// stay without etcd: the episode ends and the connections on the still-down ones move.
+TEST(ControlPlane, QuorumBackMovesTheConnectionsOfTheStillDown) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b"), c(pki, "c");
+    Kprism k({a.addr(), b.addr(), c.addr()},
+             tls_flags(pki, {"--policy", "least-connections", "--close-spread", "500ms"}));
+    for (auto* s : {&a, &b, &c}) ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + s->addr()));
+    std::vector<int> held = hold_clients(k, 9);
+    for (auto* s : {&a, &b, &c}) ASSERT_EQ(active_on(k, s->addr()), 3);
+    for (auto* s : {&a, &b, &c}) s->set(kEtcdLost);
+    ASSERT_TRUE(k.wait_output("msg=\"control plane has no etcd quorum", 8000ms)) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"not closing connections of the down upstream\" upstream=" + b.addr() +
+                              " connections=3 reason=\"no etcd quorum\"", 3000ms))
+        << k.output();
+    EXPECT_EQ(count_open(held), 9);
+    a.set("200");
     ASSERT_TRUE(k.wait_output("msg=\"control plane has etcd quorum again: an apiserver is ready\" upstream=" + a.addr(),
                               8000ms))
         << k.output();
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(served_by(pki, k.port), "a") << "new connections go to the ready one";
-    metrics = body_of(http_get(k.admin_port, "/metrics"));
-    EXPECT_NE(metrics.find("\nkprism_etcd_quorum_lost 0\n"), std::string::npos);
-    b.set("200");
-    c.set("200");
-    for (auto* s : {&b, &c}) ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + s->addr() + " was=down", 8000ms));
+    EXPECT_TRUE(eventually([&] { return active_on(k, b.addr()) == 0 && active_on(k, c.addr()) == 0; }, 1500ms))
+        << "b " << active_on(k, b.addr()) << ", c " << active_on(k, c.addr()) << "\n" << k.output();
+    EXPECT_TRUE(eventually([&] { return count_open(held) == 3; }, 1000ms));
+    EXPECT_EQ(active_on(k, a.addr()), 3) << "the ready one's connections stay";
+    EXPECT_EQ(k.stat("closed_for_down"), 6);
     EXPECT_EQ(k.count_output("msg=\"control plane has no etcd quorum"), 1u);
-    EXPECT_EQ(k.count_output("msg=\"control plane has etcd quorum again"), 1u);
-    EXPECT_EQ(k.stat("closed_for_down"), 0);
-    open = 0;
-    for (int fd : held) open += still_open(fd);
-    EXPECT_EQ(open, 9);
-    EXPECT_EQ(body_of(http_get(k.admin_port, "/status")).find("no-etcd-quorum"), std::string::npos);
     for (int fd : held) ::close(fd);
 }
 

@@ -15,7 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/apiserver.h"
 #include "harness/harness.h"
+#include "harness/pki.h"
 
 using namespace it;
 
@@ -559,4 +561,73 @@ TEST(ReloadCommand, FindsThePublishedAdminAddress) {
     }
     EXPECT_NE(access(published.c_str(), F_OK), 0) << published << " left behind";
     rmdir(dir.c_str());
+}
+
+namespace {
+
+long rss_kib(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    return -1;
+}
+
+// A gauge without labels from /metrics; -1 when it is not there.
+long gauge(int admin_port, const std::string& name) {
+    std::string m = body_of(http_get(admin_port, "/metrics"));
+    size_t at = m.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::strtol(m.c_str() + at + name.size() + 2, nullptr, 10);
+}
+
+long reload_generation(int admin_port) {
+    auto doc = nlohmann::json::parse(body_of(http_get(admin_port, "/status")), nullptr, false);
+    if (!doc.is_object() || !doc.contains("reload")) return -1;
+    return doc["reload"].value("generation", -1L);
+}
+
+}  // namespace
+
+// Reloads that swap endpoints again and again: the checker of each removed endpoint is freed once
+// its handles have closed, so the checkers in memory (and RSS) follow the endpoints, not the
+// number of reloads.
+TEST(Reload, RemovedEndpointsFreeTheirCheckers) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    constexpr int kSet = 10, kReloads = 1000;
+    std::vector<std::string> set[2];
+    for (auto& v : set)
+        for (int i = 0; i < kSet; ++i) v.push_back("127.0.0.1:" + std::to_string(free_port()));  // nothing listens
+    const std::string tls = "[health]\nclient_cert = \"" + pki.client_pem + "\"\nclient_key = \"" + pki.client_pem +
+                            "\"\nca_file = \"" + pki.ca_cert + "\"\ninterval = \"1s\"\ntimeout = \"500ms\"\nfast_interval = \"100ms\"\n";
+    auto config = [&](int which) {
+        std::vector<std::string> eps = {a.addr()};
+        eps.insert(eps.end(), set[which].begin(), set[which].end());
+        return endpoints_toml(eps, tls);
+    };
+    ConfigFile cf;
+    cf.write(config(0));
+    Kprism k({}, {"--config", cf.path});
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr()));
+    ASSERT_TRUE(reload(k));  // warm-up: both sets have been seen once
+    cf.write(config(1));
+    ASSERT_TRUE(reload(k));
+    const long rss_before = rss_kib(k.pid());
+    long most = 0;
+    for (int i = 0; i < kReloads; ++i) {
+        cf.write(config(i % 2));
+        const long gen = reload_generation(k.admin_port);
+        k.signal(SIGHUP);
+        ASSERT_TRUE(eventually([&] { return reload_generation(k.admin_port) > gen; })) << "reload " << i;
+        if (i % 50 == 0) most = std::max(most, gauge(k.admin_port, "kprism_health_checkers"));
+    }
+    // Live: a and one set; at most one set more whose handles were still closing.
+    EXPECT_TRUE(eventually([&] { return gauge(k.admin_port, "kprism_health_checkers") == 1 + kSet; }, 3000ms))
+        << "kprism_health_checkers " << gauge(k.admin_port, "kprism_health_checkers");
+    EXPECT_LE(most, 1 + 2 * kSet);
+    const long rss_after = rss_kib(k.pid());
+    RecordProperty("rss_before_kib", static_cast<int>(rss_before));
+    RecordProperty("rss_after_kib", static_cast<int>(rss_after));
+    // 10 000 checkers leaked would be over 160 MiB.
+    EXPECT_LE(rss_after, rss_before + 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
+    EXPECT_EQ(k.count_output("msg=\"reload failed"), 0u);
 }

@@ -66,6 +66,7 @@ const char* const kFamilies[][2] = {
     {"kprism_tls_handshakes_total", "counter"},
     {"kprism_health_checks_reused_connection_total", "counter"},
     {"kprism_health_check_connections_ended_total", "counter"},
+    {"kprism_health_checkers", "gauge"},
     {"kprism_connections_closed_upstream_down_total", "counter"},
     {"kprism_connections_rebalanced_total", "counter"},
     {"kprism_fail_open_active", "gauge"},
