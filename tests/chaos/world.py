@@ -130,14 +130,17 @@ class World:
         self.cert_normal, self.cert_normal_since = True, now
         self.c4_readyz = os.path.join(d, "c4.readyz")
         self.c4_delay = os.path.join(d, "c4.delay")
+        self.c4_hold = os.path.join(d, "c4.hold-eof")  # ms the relay holds a FIN from kprism (the half-close event)
         self.set_c4("200")
-        with open(self.c4_delay, "w") as f:
-            f.write("0\n")
+        for path in (self.c4_delay, self.c4_hold):
+            with open(path, "w") as f:
+                f.write("0\n")
         self.c4 = Proc([standin_bin, "--listen", f"{C4_ADDR}:{self.port}", "--name", "c4", "--tls-cert",
                         f"{d}/srv.crt", "--tls-key", f"{d}/srv.key", "--client-ca", self.pki.ca,
                         "--readyz-file", self.c4_readyz], os.path.join(d, "c4.log"), name="c4")
         self.relay = Proc([sys.executable, os.path.join(TESTS, "faults", "delay_relay.py"), "--listen",
-                           f"{C4_FRONT}:{self.port}", "--to", f"{C4_ADDR}:{self.port}", "--delay-file", self.c4_delay],
+                           f"{C4_FRONT}:{self.port}", "--to", f"{C4_ADDR}:{self.port}", "--delay-file", self.c4_delay,
+                           "--hold-eof-file", self.c4_hold],
                           os.path.join(d, "relay.log"), name="relay")
         if not self.relay.wait_output("relay listening", 10) or not self.c4.wait_output("listening", 10):
             raise RuntimeError("c4 or its relay did not start")
@@ -211,6 +214,8 @@ level = "info"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, self.cfg)
+        if self.c4_endpoint in endpoints and self.c4_endpoint not in getattr(self, "configured", []):
+            self.c4_configured_since = time.monotonic()  # a new checker: no result yet (I8 waits)
         self.configured = list(endpoints)
 
     # ---- kprism
@@ -250,6 +255,10 @@ level = "info"
         with open(self.c4_delay, "w") as f:
             f.write(f"{ms}\n")
 
+    def set_c4_hold(self, ms):
+        with open(self.c4_hold, "w") as f:
+            f.write(f"{ms}\n")
+
     # ---- Go stand-ins
     def go_restart(self, s, *extra):
         if s.proc is not None and s.proc.poll() is None:
@@ -283,11 +292,14 @@ level = "info"
             c.close()
 
     def post_slice(self, s, name, addrs, port):
-        body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        return self.api(s, "POST", SLICES, self.slice_body(name, addrs, port))[0]
+
+    @staticmethod
+    def slice_body(name, addrs, port):
+        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
                 "addressType": "IPv4", "endpoints": [{"addresses": [a], "conditions": {"ready": True}} for a in addrs],
                 "ports": [{"name": "https", "protocol": "TCP", "port": port}]}
-        return self.api(s, "POST", SLICES, body)[0]
 
     def delete_slice(self, s, name):
         return self.api(s, "DELETE", f"{SLICES}/{name}")[0]
