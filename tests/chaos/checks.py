@@ -394,7 +394,7 @@ class Checker:
                 e["judged"] = f"released after at most {max(age, 0):.1f}s"
                 self.ev.note("halfclose_judged", str(e["lport"]), f"{e['server']}: {e['judged']}")
                 self.samples["I9"] += 1
-                k = "halfclose_" + ("c4_held" if e["server"] == "c4" else "other")
+                k = "halfclose_" + {"c4": "c4_held", "c4?": "c4_maybe_direct"}.get(e["server"], "other")
                 self.notes[k] = self.notes.get(k, 0) + 1
                 if e["server"] == "c4":
                     self.notes["halfclose_c4_max_s"] = round(max(self.notes.get("halfclose_c4_max_s", 0), age), 2)
@@ -405,6 +405,10 @@ class Checker:
                 e["judged"] = "violation"
                 self.ev.note("halfclose_judged", str(e["lport"]), f"{e['server']}: still held {age:.1f}s after the reset")
                 self.samples["I9"] += 1
+                self.notes["halfclose_held_too_long"] = self.notes.get("halfclose_held_too_long", 0) + 1
+                if "I9" in self.reported:
+                    continue  # one listed per seed; the others counted in the notes
+                self.reported["I9"] = True
                 self.violate("I9", f"kprism still holds the client connection from port {e['lport']} (served by "
                                    f"{e['server']}; socket inode {e['inode']}) {age:.1f}s after the client's reset "
                                    f"(bound {bound:.0f}s), {e['t_rst'] - e['t_fin']:.1f}s after its FIN; "
@@ -469,7 +473,7 @@ class Checker:
                     break
         # across the churn phase
         for c0, c1 in zip(self.ev.times("churn"), self.ev.times("churn_end")):
-            before = [r for r in self.res if c0 <= r[0] <= c0 + 3.0]
+            before = [r for r in self.res if c0 - 2.5 <= r[0] <= c0 + 0.5]
             after = [r for r in self.res if c1 + 1.0 <= r[0] <= c1 + 5.0]
             if len(before) < 2 or len(after) < 2:
                 self.notes["churn_unmeasured"] = self.notes.get("churn_unmeasured", 0) + 1

@@ -85,7 +85,8 @@ class Events:
 
     def recent(self, t, seconds):
         with self.lock:
-            ev = [f"+{te - self.t0:.1f}s {k} {tg}".rstrip() for te, k, tg, _ in self.trace if t - seconds <= te <= t]
+            ev = [f"+{te - self.t0:.1f}s {k} {tg}".rstrip() for te, k, tg, _ in self.trace
+                  if t - seconds <= te <= t and k != "halfclose_judged"]
         return "events in the last %gs: %s" % (seconds, "; ".join(ev) if ev else "none")
 
     def note(self, kind, target="", detail=""):
@@ -121,6 +122,7 @@ class Chaos:
         self.ctx = None  # the clients' TLS context (half-close event)
         self.hc_thread = None
         self.hc_stop = threading.Event()
+        self.hc_quiet_until = 0.0
         self.flushing = False
         self.quiet_i4 = []  # (start, end): no SIGUSR2 nor admin flood (the churn phase's I4 measurement)
 
@@ -151,19 +153,24 @@ class Chaos:
 
     def step(self):
         r = self.rng
-        healthy = [n for n in self.servers() if n not in self.faults]
-        cap = 3 if r.random() < 0.2 else 2
         now = time.monotonic()
         quiet = any(a <= now <= b for a, b in self.quiet_i4)
-        menu = [("sighup", 3), ("reload", 4), ("cert_rotate", 2), ("disc_extra", 4), ("disc_hostile", 3),
-                ("halfclose", 2)]
+        # While a half-close event runs (until 3.5 s after its last reset) c4 is left alone: a fault
+        # of c4, a reload removing it or the discovery of c4 itself would close or divert the
+        # connections c4 holds quiet before I9 can judge them.
+        hc = self.hc_busy()
+        healthy = [n for n in self.servers() if n not in self.faults and not (hc and n == "c4")]
+        cap = 3 if r.random() < 0.2 else 2
+        menu = [("sighup", 3), ("reload", 4), ("cert_rotate", 2), ("disc_hostile", 3), ("halfclose", 2)]
+        if not hc:
+            menu.append(("disc_extra", 4))
         if not quiet:
             menu += [("sigusr2", 2), ("admin_flood", 2)]
         if self.cert == "normal":
             menu.append(("cert_foreign", 1.5))
         if len(self.faults) < cap and healthy:
             menu.append(("server_fault", 14))
-        if not self.faults and self.etcd_wid is None:
+        if not self.faults and self.etcd_wid is None and not hc:
             menu += [("etcd_all", 1.5), ("outage", 2)]
         kind = r.choices([m[0] for m in menu], [m[1] for m in menu])[0]
         if kind == "server_fault":
@@ -320,19 +327,20 @@ class Chaos:
         self.c4_heal()
         self.ev.close(wid)
 
-    CHURN_STEP = 0.1
-    CHURN_ADDRS = [f"127.0.0.{i}" for i in range(31, 43)]  # nothing listens there: checks are refused
+    CHURN_STEP = 0.06
+    CHURN_ADDRS = [f"127.0.0.{i}" for i in range(31, 47)]  # nothing listens there: checks are refused (16: kprism keeps 32 discovered at most)
 
     def churn_phase(self, dur):
-        """Membership churn for I4 (kprism(8) Reload, Discovery): for dur seconds, every 100 ms a
+        """Membership churn for I4 (kprism(8) Reload, Discovery): for dur seconds, every 60 ms a
         reload adding or removing c4's own address (127.0.0.24, checked over TLS) as a static
-        endpoint, and the slice chaos-churn listing 8 unused addresses posted or deleted (8
+        endpoint, and the slice chaos-churn listing 16 unused addresses posted or deleted (16
         discovered upstreams added or removed). Every removal retires a checker; I4 compares the
         RSS across the phase (checks.py). Scheduled with later(): other events go on meanwhile, but
         no SIGUSR2 (a new process image would hide what leaked) and no admin flood."""
         self.churn_until = time.monotonic() + dur
         self.churn_conn = None
         self.churn_pause = 0
+        self.churn_after = 0
         self.churn_stats = {"reloads": 0, "slice_ops": 0, "slice_errors": 0}
         self.ev.add("churn", "kprism", f"{dur:.0f}s: every {self.CHURN_STEP * 1000:.0f} ms a reload adding or removing "
                                       f"{wd.C4_ADDR}:{self.w.port}, and slice chaos-churn ({len(self.CHURN_ADDRS)} "
@@ -371,19 +379,19 @@ class Chaos:
         try:
             if self.churn_pause > 0:  # after an error (a hung API server): a few ticks without the slice
                 self.churn_pause -= 1
-                raise OSError("paused")
-            if listed:
+            elif listed:
                 st = self._churn_api("DELETE", f"{wd.SLICES}/chaos-churn")
-                listed = st != 200
+                listed = st not in (200, 404)  # 404: an earlier DELETE took effect, its answer was lost
+                self._churn_count(st, 200)
             elif not last:
                 st = self._churn_api("POST", wd.SLICES, self.w.slice_body("chaos-churn", self.CHURN_ADDRS, self.w.port))
-                listed = st == 201
-            self.churn_stats["slice_ops"] += 1
-        except OSError as e:
-            if str(e) != "paused":
-                self.churn_stats["slice_errors"] += 1
-                self.churn_pause = 5
-        if last and (not listed or self.churn_stats["slice_errors"] > 20):
+                listed = st in (201, 409)  # 409: an earlier POST took effect, its answer was lost
+                self._churn_count(st, 201)
+        except OSError:
+            self.churn_stats["slice_errors"] += 1
+            self.churn_pause = 5
+        self.churn_after = self.churn_after + 1 if last else 0
+        if last and (not listed or self.churn_after > 30):  # bounded: about 3 s of tries to delete the slice
             if self.churn_conn is not None:
                 self.churn_conn.close()
             self.ev.churn_detail = ", ".join(f"{k} {v}" for k, v in self.churn_stats.items()) + \
@@ -391,6 +399,24 @@ class Chaos:
             self.ev.add("churn_end", "kprism", self.ev.churn_detail)
             return
         self.later(self.CHURN_STEP, self.churn_tick, i + 1, listed)
+
+    def _churn_count(self, st, want):
+        if st == want:
+            self.churn_stats["slice_ops"] += 1
+        else:  # an apiserver without etcd, rejecting, shutting down
+            self.churn_stats["slice_refused"] = self.churn_stats.get("slice_refused", 0) + 1
+            self.churn_pause = 5
+
+    def hc_busy(self):
+        return (self.hc_thread is not None and self.hc_thread.is_alive()) or time.monotonic() < self.hc_quiet_until
+
+    def halfclose_when_c4(self, tries=0):
+        """The guaranteed half-close events: when c4 is configured, without a fault and not also
+        discovered directly (retried every second, 10 times at most)."""
+        if ("c4" in self.faults or not self.static_c4 or self.extra_on or self.hc_busy()) and tries < 10:
+            self.later(1.0, self.halfclose_when_c4, tries + 1)
+            return
+        self.halfclose()
 
     def halfclose(self):
         """Client connections (until two reach c4, at most 8), each with one GET answered, half-closed (FIN) then reset (SO_LINGER
@@ -422,6 +448,8 @@ class Chaos:
             if c is None:
                 continue
             sock, server, lport = c
+            if server == "c4" and (self.extra_on or f"{wd.C4_ADDR}:{w.port}" in w.configured):
+                server = "c4?"  # c4 is also an upstream directly (127.0.0.24): maybe not through the relay
             on_c4 += server == "c4"
             conns.append({"sock": sock, "server": server, "lport": lport,
                           "inode": checks.client_inode(w.kp.pid, w.kport, lport)})
@@ -441,6 +469,7 @@ class Chaos:
             c["t_rst"] = time.monotonic()
             self.ev.add_reset(c)
         w.set_c4_hold(0)
+        self.hc_quiet_until = time.monotonic() + checks.I9_BOUND + 0.5
         self.ev.add("halfclose_reset", "clients", f"{len(conns)} reset: " + " ".join(
             f"{c['lport']}->{c['server']}" for c in conns))
 
@@ -457,7 +486,7 @@ class Chaos:
 
     def reload(self):
         r = self.rng
-        if r.random() < 0.5:
+        if r.random() < 0.5 or self.hc_busy():
             self.static_a3 = not self.static_a3
         else:
             self.static_c4 = not self.static_c4
@@ -599,14 +628,14 @@ def run_seed(seed, seconds, args, netns, totals):
             ck.replay = f"CHAOS_SEED={seed} CHAOS_SEED_SECONDS={seconds:.0f} KPRISM_BIN={args['kprism']} make chaos"
             # Guaranteed per seed: one half-close event (I9), and a churn phase after I4's warm-up
             # with I4's baseline before it and its tail after it (no SIGUSR2 or admin flood then).
-            chaos.later(rng.uniform(3.0, 8.0), chaos.halfclose)
+            chaos.later(rng.uniform(3.0, 8.0), chaos.halfclose_when_c4)
             c_at = rng.uniform(checks.WARMUP + 2.0, checks.WARMUP + 4.0)
             c_dur = min(14.0, seconds - c_at - 7.0)
             if c_dur >= 5.0:
                 now = time.monotonic()
                 chaos.quiet_i4.append((now + c_at - 4.0, now + c_at + c_dur + 6.0))
                 chaos.later(c_at, chaos.churn_phase, c_dur)
-                chaos.later(c_at + c_dur + rng.uniform(1.0, 3.0), chaos.halfclose)  # in the quiet: no SIGUSR2
+                chaos.later(c_at + c_dur + rng.uniform(1.0, 3.0), chaos.halfclose_when_c4)  # in the quiet: no SIGUSR2
             else:
                 chaos.skip("churn phase", f"a seed of {seconds:.0f}s is too short for it")
             tr = clients.Traffic(clients.context(w.pki), w.kport)
