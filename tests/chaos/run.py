@@ -740,6 +740,11 @@ def main():
           f"budget {budget:.0f}s, {per:.0f}s of events per seed", flush=True)
     for name, flag in (("discovery CIDR key", wd.kprism_flag_like(args["kprism"], r"--discovery[-a-z]*(cidr|allow)[-a-z]*")),):
         print(f"chaos: {name}: {flag or 'not in this kprism (nothing passed)'}", flush=True)
+    d = tempfile.mkdtemp(prefix="kprism-chaos-probe-")
+    has = wd.World._has_allowed_cidrs(args["kprism"], d)
+    os.rmdir(d)
+    print(f"chaos: discovery.allowed_cidrs: {'127.0.0.0/8 (loopback stand-ins admitted)' if has else 'not in this kprism'}",
+          flush=True)
     totals = {"seeds": [], "events": {}, "samples": {}, "requests": {}, "violations": [], "errors": [],
               "skipped": {}, "notes": {}}
     start = time.monotonic()

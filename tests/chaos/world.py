@@ -146,6 +146,7 @@ class World:
             raise RuntimeError("c4 or its relay did not start")
         self.kport, self.aport = free_port(), free_port()
         self.cfg = os.path.join(d, "kprism.toml")
+        self.allowed_cidrs = self._has_allowed_cidrs(kprism_bin, d)
         self.static = [self.go[0].endpoint, self.go[1].endpoint, self.c4_endpoint]
         self.write_config(self.static)
         self.cidr_flag = kprism_flag_like(kprism_bin, r"--discovery[-a-z]*(cidr|allow)[-a-z]*")
@@ -166,6 +167,22 @@ class World:
         if not wait_until(lambda: os.path.exists(path), 10):
             raise RuntimeError("the store did not start")
         return path
+
+    @staticmethod
+    def _has_allowed_cidrs(binary, d):
+        """Whether this kprism has discovery.allowed_cidrs (kprism.toml(5); by default loopback
+        discovered addresses are not admitted, and every stand-in here is on loopback): asked by
+        `kprism check` of a file that sets it (a kprism without it refuses the unknown key)."""
+        path = os.path.join(d, "probe-allowed-cidrs.toml")
+        with open(path, "w") as f:
+            f.write('endpoints = ["127.0.0.1:6443"]\n[discovery]\nenabled = true\nallowed_cidrs = ["127.0.0.0/8"]\n')
+        try:
+            r = subprocess.run([binary, "check", "--config", path], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        finally:
+            os.unlink(path)
+        return r.returncode == 0
 
     @staticmethod
     def _poststart_flag(binary):
@@ -207,6 +224,7 @@ min_age = "3s"
 [discovery]
 enabled = true
 snapshot_file = "{self.d}/discovery.json"
+{'allowed_cidrs = ["127.0.0.0/8"]' if self.allowed_cidrs else ''}
 [log]
 level = "info"
 """
