@@ -332,7 +332,7 @@ class Chaos:
 
     def churn_phase(self, dur):
         """Membership churn for I4 (kprism(8) Reload, Discovery): for dur seconds, every 60 ms a
-        reload adding or removing c4's own address (127.0.0.24, checked over TLS) as a static
+        reload adding or removing c5 (127.0.0.25, always ready, checked over TLS) as a static
         endpoint, and the slice chaos-churn listing 16 unused addresses posted or deleted (16
         discovered upstreams added or removed). Every removal retires a checker; I4 compares the
         RSS across the phase (checks.py). Scheduled with later(): other events go on meanwhile, but
@@ -343,7 +343,7 @@ class Chaos:
         self.churn_after = 0
         self.churn_stats = {"reloads": 0, "slice_ops": 0, "slice_errors": 0}
         self.ev.add("churn", "kprism", f"{dur:.0f}s: every {self.CHURN_STEP * 1000:.0f} ms a reload adding or removing "
-                                      f"{wd.C4_ADDR}:{self.w.port}, and slice chaos-churn ({len(self.CHURN_ADDRS)} "
+                                      f"{wd.C5_ADDR}:{self.w.port}, and slice chaos-churn ({len(self.CHURN_ADDRS)} "
                                       f"unused addresses) posted or deleted")
         self.churn_tick(0, False)
 
@@ -368,7 +368,7 @@ class Chaos:
             raise
 
     def churn_tick(self, i, listed):
-        extra = f"{wd.C4_ADDR}:{self.w.port}"
+        extra = f"{wd.C5_ADDR}:{self.w.port}"
         last = time.monotonic() >= self.churn_until or self.flushing
         eps = [e for e in self.w.configured if e != extra]
         if not last and extra not in self.w.configured:

@@ -26,6 +26,7 @@ import cluster as clu  # noqa: E402
 GO_ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 C4_FRONT = "127.0.0.14"  # the relay kprism is configured with
 C4_ADDR = "127.0.0.24"  # the C++ stand-in itself (also what discovery adds)
+C5_ADDR = "127.0.0.25"  # a second C++ stand-in, always ready: the endpoint the churn phase adds and removes
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 
 # Quick stand-in timings (as tests/discovery): the lease is rewritten every second and expires
@@ -107,7 +108,7 @@ class World:
     def __init__(self, d, kprism_bin, apiserver_bin, standin_bin, netns):
         self.d, self.kbin, self.netns = d, kprism_bin, netns
         self.apiserver_bin, self.standin_bin = apiserver_bin, standin_bin
-        self.pki = clu.Pki(d, extra_ips=[C4_FRONT, C4_ADDR])
+        self.pki = clu.Pki(d, extra_ips=[C4_FRONT, C4_ADDR, C5_ADDR])
         fd = os.path.join(d, "foreign")
         os.mkdir(fd)
         self.foreign = clu.Pki(fd)  # another CA: its kubelet certificate is rejected everywhere
@@ -116,7 +117,7 @@ class World:
         shutil.copyfile(self.pki.kubelet_pem, self.cert)
         os.chmod(self.cert, 0o600)
         self.store = self._start_store()
-        self.port = clu.shared_port(GO_ADDRS + [C4_FRONT, C4_ADDR])
+        self.port = clu.shared_port(GO_ADDRS + [C4_FRONT, C4_ADDR, C5_ADDR])
         self.go = [clu.Apiserver(apiserver_bin, d, self.pki, i + 1, addr=a, port=self.port)
                    for i, a in enumerate(GO_ADDRS)]
         hooks = self._poststart_flag(apiserver_bin)
@@ -142,8 +143,15 @@ class World:
                            f"{C4_FRONT}:{self.port}", "--to", f"{C4_ADDR}:{self.port}", "--delay-file", self.c4_delay,
                            "--hold-eof-file", self.c4_hold],
                           os.path.join(d, "relay.log"), name="relay")
-        if not self.relay.wait_output("relay listening", 10) or not self.c4.wait_output("listening", 10):
-            raise RuntimeError("c4 or its relay did not start")
+        c5_readyz = os.path.join(d, "c5.readyz")
+        with open(c5_readyz, "w") as f:
+            f.write("200\n")
+        self.c5 = Proc([standin_bin, "--listen", f"{C5_ADDR}:{self.port}", "--name", "c5", "--tls-cert",
+                        f"{d}/srv.crt", "--tls-key", f"{d}/srv.key", "--client-ca", self.pki.ca,
+                        "--readyz-file", c5_readyz], os.path.join(d, "c5.log"), name="c5")
+        if not self.relay.wait_output("relay listening", 10) or not self.c4.wait_output("listening", 10) \
+                or not self.c5.wait_output("listening", 10):
+            raise RuntimeError("c4, its relay or c5 did not start")
         self.kport, self.aport = free_port(), free_port()
         self.cfg = os.path.join(d, "kprism.toml")
         self.allowed_cidrs = self._has_allowed_cidrs(kprism_bin, d)
@@ -336,4 +344,5 @@ level = "info"
             if s.proc is not None:
                 _kill(s.proc)
         self.c4.kill()
+        self.c5.kill()
         self.relay.kill()
