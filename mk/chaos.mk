@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Chaos (tests/chaos/README.md): the real kprism in front of real TLS stand-in apiservers under a
-# random, seeded sequence of events, with invariants I1-I8 checked every 150 ms.
+# random, seeded sequence of events, with invariants I1-I9 checked every 150 ms.
 
 ##@ Chaos
 

@@ -31,7 +31,10 @@ def bounds(t):
 RSS_TOL_KIB = 2 * 1024  # after warm-up; the buffer pool may keep a few 64 KiB chunks (about 20 in flight here)
 FD_TOL = 8
 WARMUP = 10.0  # seconds after the start of a seed before I4 measures
-WARMUP_RESTART = 4.0  # and after each SIGUSR2 (a new process image)
+WARMUP_RESTART = 4.0  # and after each restart in place (a new process image: a new baseline)
+EXEC_LINE = b"restarting in place: executing the new kprism"  # kprism's log at each exec (same PID)
+CHURN_TOL_KIB = 2 * 1024  # RSS growth allowed across the churn phase (run.py churn_phase)
+I9_BOUND = 3.0  # seconds after a half-closed client's reset by which kprism must have let go of it
 HEALTHZ_MS = 100
 TCP_STATES = {"01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
               "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
@@ -44,17 +47,43 @@ def _hex_ip4(h):
     return ".".join(str(x) for x in b), int(port, 16)
 
 
-def kprism_sockets(pid):
-    """[(state, (lip, lport), (rip, rport))] of the IPv4 TCP sockets pid holds."""
+def socket_inodes(pid):
+    """The inodes of the sockets pid holds (its /proc/PID/fd links socket:[INODE])."""
     inodes = set()
     try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(link[8:-1])
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
+
+
+def client_inode(pid, kport, client_port):
+    """The inode of kprism's end of the client connection from 127.0.0.1:client_port to its
+    listener port kport, or None when kprism holds no such socket."""
+    mine = socket_inodes(pid)
+    try:
+        with open(f"/proc/{pid}/net/tcp") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        p = line.split()
+        if len(p) > 9 and p[9] in mine and _hex_ip4(p[1])[1] == kport and _hex_ip4(p[2]) == ("127.0.0.1", client_port):
+            return p[9]
+    return None
+
+
+def kprism_sockets(pid):
+    """[(state, (lip, lport), (rip, rport))] of the IPv4 TCP sockets pid holds."""
+    inodes = socket_inodes(pid)
+    try:
         with open(f"/proc/{pid}/net/tcp") as f:
             lines = f.read().splitlines()[1:]
     except OSError:
@@ -91,14 +120,16 @@ def metric_by_upstream(ms, name, extra=""):
 
 
 class Checker:
-    """Samples kprism and checks I1-I5, I7, I8 as it goes; I4 and I6 at finish()."""
+    """Samples kprism and checks I1-I3, I5, I7-I9 as it goes; I4, I6 (and the last of I9) at finish()."""
 
     def __init__(self, world, events, timing):
         self.w, self.ev = world, events
         self.b = bounds(timing)
         self.t0 = time.monotonic()
         self.violations = []  # (invariant, t, message)
-        self.samples = {k: 0 for k in ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8")}
+        self.samples = {k: 0 for k in ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9")}
+        self.replay = ""  # the command that replays this seed (run.py)
+        self.execs = 0  # restarts in place seen in kprism's log (scan_log)
         self.notes = {"healthz_slow_once": 0, "status_unavailable": 0}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -125,6 +156,8 @@ class Checker:
         t = time.monotonic() - self.t0
         self.violations.append((inv, t, msg))
         print(f"chaos: VIOLATION {inv} at {t:.1f}s: {msg}", flush=True)
+        if self.replay:
+            print(f"chaos:   replay: {self.replay}", flush=True)
 
     def start(self):
         self.thread.start()
@@ -132,6 +165,10 @@ class Checker:
     def finish(self, traffic):
         self.stop.set()
         self.thread.join(10)
+        # I9: the resets not yet judged, until the last is past its bound
+        deadline = time.monotonic() + I9_BOUND + 4.0
+        while self._i9(time.monotonic()) and time.monotonic() < deadline and not self.exited:
+            time.sleep(SAMPLE)
         self._check_resources()
         self._check_requests(traffic)
 
@@ -155,6 +192,8 @@ class Checker:
         self._i7()
         if self.exited:
             return
+        # I9 needs only /proc: judged even while the admin endpoint does not answer
+        self._i9(t)
         # I5: /healthz within 100 ms
         self._i5(t)
         st = w.status()
@@ -199,6 +238,7 @@ class Checker:
         # keep a partial last line for the next read
         cut = chunk.rfind(b"\n") + 1
         self.log_pos += cut
+        self.execs += chunk[:cut].count(EXEC_LINE)
         text = chunk[:cut].decode("utf-8", "replace")
         for needle in ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer"):
             if needle in text:
@@ -319,7 +359,7 @@ class Checker:
         exp = C4_EXPECT.get(mode)
         if exp is None or (mode, since) in self.i8_checked:
             return
-        quiet_since = max(since, w.c4_net_quiet_since, w.cert_normal_since)
+        quiet_since = max(since, w.c4_net_quiet_since, w.cert_normal_since, w.c4_configured_since)
         if w.c4_net_faulty or not w.cert_normal or t - quiet_since < self.b["I8"]:
             return
         u = ups.get(w.c4_endpoint)
@@ -334,6 +374,49 @@ class Checker:
                                f"{got} ({u.get('last_error')!r}, failing {u.get('failing_checks')}), expected {want}"
                                + (f" naming {check}" if check else ""), key=("I8", mode))
 
+    def _i9(self, t):
+        """I9: within I9_BOUND of a half-closed client's reset (run.py halfclose), kprism no longer
+        holds its end of that connection (the inode found while the connection was served).
+        Returns how many resets are still to be judged."""
+        with self.ev.lock:
+            pending = [e for e in self.ev.resets if "judged" not in e]
+        if not pending or self.exited:
+            return 0
+        mine = socket_inodes(self.w.kp.pid)
+        left = 0
+        for e in pending:
+            if e["inode"] is None:
+                e["judged"] = "unobserved"
+                self.notes["halfclose_unobserved"] = self.notes.get("halfclose_unobserved", 0) + 1
+                continue
+            age = t - e["t_rst"]
+            if e["inode"] not in mine:
+                e["judged"] = f"released after at most {max(age, 0):.1f}s"
+                self.ev.note("halfclose_judged", str(e["lport"]), f"{e['server']}: {e['judged']}")
+                self.samples["I9"] += 1
+                k = "halfclose_" + {"c4": "c4_held", "c4?": "c4_maybe_direct"}.get(e["server"], "other")
+                self.notes[k] = self.notes.get(k, 0) + 1
+                if e["server"] == "c4":
+                    self.notes["halfclose_c4_max_s"] = round(max(self.notes.get("halfclose_c4_max_s", 0), age), 2)
+                continue
+            # a restart in place (the exec, the handover) may take the connection's turn
+            bound = I9_BOUND + (3.0 if any(e["t_rst"] - 3.0 <= x <= t for x in self.ev.times("sigusr2")) else 0.0)
+            if age > bound:
+                e["judged"] = "violation"
+                self.ev.note("halfclose_judged", str(e["lport"]), f"{e['server']}: still held {age:.1f}s after the reset")
+                self.samples["I9"] += 1
+                self.notes["halfclose_held_too_long"] = self.notes.get("halfclose_held_too_long", 0) + 1
+                if "I9" in self.reported:
+                    continue  # one listed per seed; the others counted in the notes
+                self.reported["I9"] = True
+                self.violate("I9", f"kprism still holds the client connection from port {e['lport']} (served by "
+                                   f"{e['server']}; socket inode {e['inode']}) {age:.1f}s after the client's reset "
+                                   f"(bound {bound:.0f}s), {e['t_rst'] - e['t_fin']:.1f}s after its FIN; "
+                                   f"{self.ev.recent(t, age + 3)}")
+                continue
+            left += 1
+        return left
+
     # ---- I4
     def _resources(self, t):
         try:
@@ -343,32 +426,41 @@ class Checker:
         st = self.w.status()
         if st is None:
             return
-        self.res.append((t, rss, fds, st.get("connections_active", 0), len(st.get("upstreams", []))))
+        self.scan_log()
+        self.res.append((t, rss, fds, st.get("connections_active", 0), len(st.get("upstreams", [])), self.execs))
 
     def _check_resources(self):
-        """I4: after warm-up (and after each restart in place), RSS and descriptors stay flat."""
+        """I4: after warm-up, RSS and descriptors stay flat within each process image. kprism keeps
+        its PID across a restart in place (SIGUSR2: exec); each exec (its log line) starts a new
+        image, whose baseline is taken after WARMUP_RESTART (and after the SIGUSR2 that asked for
+        it, since the check before the exec may take a while). Across the churn phase (run.py),
+        kept free of restarts, the RSS may grow by at most CHURN_TOL_KIB."""
         if not self.res:
             return
-        starts = [self.t0] + [te for te in self.ev.times("sigusr2")]
+        restarts = self.ev.times("sigusr2")
         floods = self.ev.times("admin_flood")  # idle admin connections hold descriptors for 3 s
+        first_of_image = {}
+        for r in self.res:
+            first_of_image.setdefault(r[5], r[0])
+        image_starts = [v for k, v in first_of_image.items() if k != self.res[0][5]]
         rows = [r for r in self.res if not (self.t0 <= r[0] < self.t0 + WARMUP)
-                and not any(s <= r[0] < s + WARMUP_RESTART for s in starts[1:])
+                and not any(s <= r[0] < s + WARMUP_RESTART for s in restarts + image_starts)
                 and not any(f <= r[0] < f + 4.5 for f in floods)]
-        # compare within each process image: the segments between restarts in place
-        segs, cur = [], []
-        bounds_ = sorted(starts) + [float("inf")]
-        for i in range(len(bounds_) - 1):
-            seg = [r for r in rows if bounds_[i] <= r[0] < bounds_[i + 1]]
-            if len(seg) >= 8:
-                segs.append(seg)
-        for seg in segs:
+        segs = {}
+        for r in rows:
+            segs.setdefault(r[5], []).append(r)
+        for image, seg in sorted(segs.items()):
+            if len(seg) < 8:
+                self.notes["i4_images_too_short"] = self.notes.get("i4_images_too_short", 0) + 1
+                continue
             self.samples["I4"] += len(seg)
             head, tail = seg[:5], seg[-5:]
             base = max(r[1] for r in head)
             end = sorted(r[1] for r in tail)[2]
             if end - base > RSS_TOL_KIB:
                 self.violate("I4", f"RSS grew from {base} KiB to {end} KiB over {seg[-1][0] - seg[0][0]:.0f}s "
-                                   f"after warm-up (tolerance {RSS_TOL_KIB} KiB)", key=("I4-rss", seg[0][0]))
+                                   f"after warm-up (process image {image + 1}: restarts in place before it "
+                                   f"{image}; tolerance {RSS_TOL_KIB} KiB)", key=("I4-rss", image))
             # descriptors beyond two per client connection and one per upstream
             excess = [r[2] - 2 * r[3] - r[4] for r in seg]
             fbase = max(excess[:5])
@@ -377,8 +469,27 @@ class Checker:
                 over = over + 1 if x > fbase + FD_TOL else 0
                 if over >= 5:
                     self.violate("I4", f"open descriptors beyond connections and upstreams grew from {fbase} to "
-                                       f"{x} for 5 s (tolerance {FD_TOL})", key=("I4-fd", seg[0][0]))
+                                       f"{x} for 5 s (tolerance {FD_TOL})", key=("I4-fd", image))
                     break
+        # across the churn phase
+        for c0, c1 in zip(self.ev.times("churn"), self.ev.times("churn_end")):
+            before = [r for r in self.res if c0 - 2.5 <= r[0] <= c0 + 0.5]
+            after = [r for r in self.res if c1 + 1.0 <= r[0] <= c1 + 5.0]
+            if len(before) < 2 or len(after) < 2:
+                self.notes["churn_unmeasured"] = self.notes.get("churn_unmeasured", 0) + 1
+                continue
+            if {r[5] for r in before + after} != {before[0][5]}:
+                self.notes["churn_unmeasured_restart"] = self.notes.get("churn_unmeasured_restart", 0) + 1
+                continue
+            self.samples["I4"] += 1
+            base = sorted(r[1] for r in before)[len(before) // 2]
+            end = sorted(r[1] for r in after)[len(after) // 2]
+            self.notes["churn_rss_growth_kib"] = max(self.notes.get("churn_rss_growth_kib", -10**9), end - base)
+            if end - base > CHURN_TOL_KIB:
+                self.violate("I4", f"RSS grew from {base} KiB to {end} KiB across the membership churn "
+                                   f"({c1 - c0:.0f}s of reloads and slice changes adding and removing upstreams; "
+                                   f"tolerance {CHURN_TOL_KIB} KiB): removed upstreams leave memory behind; "
+                                   f"{self.ev.churn_detail}", key=("I4-churn", c0))
 
     # ---- I6
     def _check_requests(self, traffic):

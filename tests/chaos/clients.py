@@ -95,3 +95,37 @@ class Traffic:
                 with self.lock:
                     self.watch_ends += 1
             self.stop.wait(0.2)
+
+
+def served_conn(ctx, port, timeout=2.0):
+    """A TLS connection through kprism that has had one GET answered (so kprism will not move it,
+    kprism(8) First response) and is kept: (ssl socket, the server that answered, local port), or
+    None when that failed."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=timeout)
+    try:
+        conn.request("GET", REQ_PATH)
+        r = conn.getresponse()
+        r.read()
+        server = r.getheader("X-Standin-Name") or r.getheader("X-Served-By") or "?"
+        sock = conn.sock
+        conn.sock = None  # ours now: http.client must not close it
+        return sock, server, sock.getsockname()[1]
+    except (OSError, http.client.HTTPException, ssl.SSLError, ValueError):
+        conn.close()
+        return None
+
+
+def half_close(sock):
+    """Sends the FIN (shutdown(SHUT_WR) of the TCP socket under the TLS; no close_notify)."""
+    import socket
+    socket.socket.shutdown(sock, socket.SHUT_WR)
+
+
+def reset(sock):
+    """SO_LINGER {1, 0} then close: the kernel sends RST."""
+    import socket
+    import struct
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        socket.socket.close(sock)

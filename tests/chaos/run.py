@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """make chaos: the real kprism in front of real TLS stand-in apiservers, a random seeded sequence
 of events (apiserver faults, discovery changes, hostile discovered addresses, reloads, certificate
-rotation, kprism's own SIGHUP and SIGUSR2) under client traffic, and the invariants I1-I8 checked
+rotation, kprism's own SIGHUP and SIGUSR2) under client traffic, and the invariants I1-I9 checked
 every 150 ms (tests/chaos/README.md).
 
 Environment: KPRISM_BIN (default build/kprism), KPRISM_APISERVER (build/kprism-apiserver),
@@ -11,6 +11,7 @@ time budget, default 180), CHAOS_SEED_SECONDS (events per seed, default 35), CHA
 seed list is derived from it, default 1). Exit status 1 on any violation."""
 
 import heapq
+import http.client
 import json
 import os
 import random
@@ -46,6 +47,8 @@ class Events:
         self.windows = {}  # id -> [start, end or None, label]
         self.counts = {}
         self._n = 0
+        self.churn_detail = ""
+        self.resets = []  # I9: dicts of client connections half-closed then reset (checks.py)
 
     def add(self, kind, target="", detail=""):
         t = time.monotonic()
@@ -82,8 +85,18 @@ class Events:
 
     def recent(self, t, seconds):
         with self.lock:
-            ev = [f"+{te - self.t0:.1f}s {k} {tg}".rstrip() for te, k, tg, _ in self.trace if t - seconds <= te <= t]
+            ev = [f"+{te - self.t0:.1f}s {k} {tg}".rstrip() for te, k, tg, _ in self.trace
+                  if t - seconds <= te <= t and k != "halfclose_judged"]
         return "events in the last %gs: %s" % (seconds, "; ".join(ev) if ev else "none")
+
+    def note(self, kind, target="", detail=""):
+        """In the trace only (not printed as it happens)."""
+        with self.lock:
+            self.trace.append((time.monotonic(), kind, target, detail))
+
+    def add_reset(self, entry):
+        with self.lock:
+            self.resets.append(entry)
 
     def dump(self):
         with self.lock:
@@ -106,6 +119,12 @@ class Chaos:
         self.cert = "normal"
         self.etcd_wid = None
         self.skipped = {}
+        self.ctx = None  # the clients' TLS context (half-close event)
+        self.hc_thread = None
+        self.hc_stop = threading.Event()
+        self.hc_quiet_until = 0.0
+        self.flushing = False
+        self.quiet_i4 = []  # (start, end): no SIGUSR2 nor admin flood (the churn phase's I4 measurement)
 
     def later(self, delay, fn, *args):
         self.seq += 1
@@ -118,6 +137,9 @@ class Chaos:
 
     def flush(self):
         """Ends every fault still on (the end of a seed), so that its teardown is orderly."""
+        if self.hc_thread is not None:
+            self.hc_thread.join(15)  # its resets are due within 8 + 2.5 s
+        self.flushing = True
         while self.pending:
             _, _, fn, args = heapq.heappop(self.pending)
             fn(*args)
@@ -131,17 +153,25 @@ class Chaos:
 
     def step(self):
         r = self.rng
-        healthy = [n for n in self.servers() if n not in self.faults]
+        now = time.monotonic()
+        quiet = any(a <= now <= b for a, b in self.quiet_i4)
+        # While a half-close event runs (until 3.5 s after its last reset) c4 is left alone: a fault
+        # of c4, a reload removing it or the discovery of c4 itself would close or divert the
+        # connections c4 holds quiet before I9 can judge them.
+        hc = self.hc_busy()
+        healthy = [n for n in self.servers() if n not in self.faults and not (hc and n == "c4")]
         cap = 3 if r.random() < 0.2 else 2
-        menu = [("sighup", 3), ("sigusr2", 2), ("reload", 4), ("cert_rotate", 2), ("disc_extra", 4),
-                ("disc_hostile", 3), ("admin_flood", 2)]
+        menu = [("sighup", 3), ("reload", 4), ("cert_rotate", 2), ("disc_hostile", 3), ("halfclose", 2)]
+        if not hc:
+            menu.append(("disc_extra", 4))
+        if not quiet:
+            menu += [("sigusr2", 2), ("admin_flood", 2)]
         if self.cert == "normal":
             menu.append(("cert_foreign", 1.5))
         if len(self.faults) < cap and healthy:
             menu.append(("server_fault", 14))
-        if not self.faults and self.etcd_wid is None:
+        if not self.faults and self.etcd_wid is None and not hc:
             menu += [("etcd_all", 1.5), ("outage", 2)]
-        menu.append(("churn", 1))
         kind = r.choices([m[0] for m in menu], [m[1] for m in menu])[0]
         if kind == "server_fault":
             self.server_fault("c4" if "c4" in healthy and r.random() < 0.4 else r.choice(healthy))
@@ -297,21 +327,151 @@ class Chaos:
         self.c4_heal()
         self.ev.close(wid)
 
-    def churn(self):
-        """Reloads in quick succession, each adding or removing c4's own address (127.0.0.24) as a
-        static endpoint: every removal retires a checker (I4 watches the memory)."""
-        n = self.rng.choice([20, 40, 60])
-        self.ev.add("churn", "kprism", f"{n} reloads 80 ms apart adding and removing {wd.C4_ADDR}:{self.w.port}")
-        for i in range(n):
-            eps = list(self.w.configured)
-            extra = f"{wd.C4_ADDR}:{self.w.port}"
-            eps = [e for e in eps if e != extra] if extra in eps else eps + [extra]
-            self.w.write_config(eps)
-            self.w.kp.signal(signal.SIGHUP)
-            time.sleep(0.08)
-        eps = [e for e in self.w.configured if e != f"{wd.C4_ADDR}:{self.w.port}"]
+    CHURN_STEP = 0.06
+    CHURN_ADDRS = [f"127.0.0.{i}" for i in range(31, 47)]  # nothing listens there: checks are refused (16: kprism keeps 32 discovered at most)
+
+    def churn_phase(self, dur):
+        """Membership churn for I4 (kprism(8) Reload, Discovery): for dur seconds, every 60 ms a
+        reload adding or removing c5 (127.0.0.25, always ready, checked over TLS) as a static
+        endpoint, and the slice chaos-churn listing 16 unused addresses posted or deleted (16
+        discovered upstreams added or removed). Every removal retires a checker; I4 compares the
+        RSS across the phase (checks.py). Scheduled with later(): other events go on meanwhile, but
+        no SIGUSR2 (a new process image would hide what leaked) and no admin flood."""
+        self.churn_until = time.monotonic() + dur
+        self.churn_conn = None
+        self.churn_pause = 0
+        self.churn_after = 0
+        self.churn_stats = {"reloads": 0, "slice_ops": 0, "slice_errors": 0}
+        self.ev.add("churn", "kprism", f"{dur:.0f}s: every {self.CHURN_STEP * 1000:.0f} ms a reload adding or removing "
+                                      f"{wd.C5_ADDR}:{self.w.port}, and slice chaos-churn ({len(self.CHURN_ADDRS)} "
+                                      f"unused addresses) posted or deleted")
+        self.churn_tick(0, False)
+
+    def _churn_api(self, method, path, body=None):
+        if self.churn_conn is None:
+            s = self._api_server()
+            if s is None:
+                raise OSError("no healthy API server")
+            if self.ctx is None:
+                self.ctx = clients.context(self.w.pki)
+            self.churn_conn = http.client.HTTPSConnection(s.addr, s.port, context=self.ctx, timeout=0.5)
+        c = self.churn_conn
+        try:
+            c.request(method, path, json.dumps(body) if body is not None else None,
+                      {"Content-Type": "application/json"} if body is not None else {})
+            r = c.getresponse()
+            r.read()
+            return r.status
+        except (OSError, http.client.HTTPException):
+            c.close()
+            self.churn_conn = None
+            raise
+
+    def churn_tick(self, i, listed):
+        extra = f"{wd.C5_ADDR}:{self.w.port}"
+        last = time.monotonic() >= self.churn_until or self.flushing
+        eps = [e for e in self.w.configured if e != extra]
+        if not last and extra not in self.w.configured:
+            eps.append(extra)
         self.w.write_config(eps)
         self.w.kp.signal(signal.SIGHUP)
+        self.churn_stats["reloads"] += 1
+        try:
+            if self.churn_pause > 0:  # after an error (a hung API server): a few ticks without the slice
+                self.churn_pause -= 1
+            elif listed:
+                st = self._churn_api("DELETE", f"{wd.SLICES}/chaos-churn")
+                listed = st not in (200, 404)  # 404: an earlier DELETE took effect, its answer was lost
+                self._churn_count(st, 200)
+            elif not last:
+                st = self._churn_api("POST", wd.SLICES, self.w.slice_body("chaos-churn", self.CHURN_ADDRS, self.w.port))
+                listed = st in (201, 409)  # 409: an earlier POST took effect, its answer was lost
+                self._churn_count(st, 201)
+        except OSError:
+            self.churn_stats["slice_errors"] += 1
+            self.churn_pause = 5
+        self.churn_after = self.churn_after + 1 if last else 0
+        if last and (not listed or self.churn_after > 30):  # bounded: about 3 s of tries to delete the slice
+            if self.churn_conn is not None:
+                self.churn_conn.close()
+            self.ev.churn_detail = ", ".join(f"{k} {v}" for k, v in self.churn_stats.items()) + \
+                ("; slice chaos-churn left listed" if listed else "")
+            self.ev.add("churn_end", "kprism", self.ev.churn_detail)
+            return
+        self.later(self.CHURN_STEP, self.churn_tick, i + 1, listed)
+
+    def _churn_count(self, st, want):
+        if st == want:
+            self.churn_stats["slice_ops"] += 1
+        else:  # an apiserver without etcd, rejecting, shutting down
+            self.churn_stats["slice_refused"] = self.churn_stats.get("slice_refused", 0) + 1
+            self.churn_pause = 5
+
+    def hc_busy(self):
+        return (self.hc_thread is not None and self.hc_thread.is_alive()) or time.monotonic() < self.hc_quiet_until
+
+    def halfclose_when_c4(self, tries=0):
+        """The guaranteed half-close events: when c4 is configured, without a fault and not also
+        discovered directly (retried every second, 10 times at most)."""
+        if ("c4" in self.faults or not self.static_c4 or self.extra_on or self.hc_busy()) and tries < 10:
+            self.later(1.0, self.halfclose_when_c4, tries + 1)
+            return
+        self.halfclose()
+
+    def halfclose(self):
+        """Client connections (until two reach c4, at most 8), each with one GET answered, half-closed (FIN) then reset (SO_LINGER
+        0, close) 0.2-2.5 s later, while the relay in front of c4 holds a FIN from kprism for 8 s
+        (the stand-ins answer a FIN at once: c4 and Go close; held, c4 stays quiet as a server that
+        does not react to it). I9: kprism lets go of each within 3 s of the reset."""
+        if self.hc_thread is not None and self.hc_thread.is_alive():
+            self.skip("halfclose overlapping", "one half-close event at a time (the relay's hold is global)")
+            return
+        n_other = self.rng.randint(1, 3)
+        delays = [self.rng.uniform(0.2, 2.5) for _ in range(8)]
+        self.ev.add("halfclose", "clients", f"until two are served by c4 (at most 8 tries) and {n_other} more: "
+                                            "GET, FIN, then RST 0.2-2.5s later; c4's relay holds FINs 8s")
+        if self.ctx is None:
+            self.ctx = clients.context(self.w.pki)
+        self.hc_thread = threading.Thread(target=self._halfclose_run, args=(n_other, delays), daemon=True)
+        self.hc_thread.start()
+
+    def _halfclose_run(self, n_other, delays):
+        w = self.w
+        w.set_c4_hold(8000)
+        self.hc_stop.wait(0.3)  # the relay re-reads the file every 100 ms (nothing to poll)
+        conns, on_c4 = [], 0
+        deadline = time.monotonic() + 8.0
+        for _ in range(8):
+            if (on_c4 >= 2 and len(conns) >= 2 + n_other) or time.monotonic() > deadline or self.hc_stop.is_set():
+                break
+            c = clients.served_conn(self.ctx, w.kport)
+            if c is None:
+                continue
+            sock, server, lport = c
+            if server == "c4" and (self.extra_on or f"{wd.C4_ADDR}:{w.port}" in w.configured):
+                server = "c4?"  # c4 is also an upstream directly (127.0.0.24): maybe not through the relay
+            on_c4 += server == "c4"
+            conns.append({"sock": sock, "server": server, "lport": lport,
+                          "inode": checks.client_inode(w.kp.pid, w.kport, lport)})
+        for c, d in zip(conns, delays):
+            try:
+                clients.half_close(c["sock"])
+            except OSError:
+                pass
+            c["t_fin"] = time.monotonic()
+            c["due"] = c["t_fin"] + d
+        for c in sorted(conns, key=lambda x: x["due"]):
+            self.hc_stop.wait(max(0.0, c["due"] - time.monotonic()))
+            try:
+                clients.reset(c.pop("sock"))
+            except OSError:
+                pass
+            c["t_rst"] = time.monotonic()
+            self.ev.add_reset(c)
+        w.set_c4_hold(0)
+        self.hc_quiet_until = time.monotonic() + checks.I9_BOUND + 0.5
+        self.ev.add("halfclose_reset", "clients", f"{len(conns)} reset: " + " ".join(
+            f"{c['lport']}->{c['server']}" for c in conns))
 
     # ---- kprism
     def sighup(self):
@@ -326,7 +486,7 @@ class Chaos:
 
     def reload(self):
         r = self.rng
-        if r.random() < 0.5:
+        if r.random() < 0.5 or self.hc_busy():
             self.static_a3 = not self.static_a3
         else:
             self.static_c4 = not self.static_c4
@@ -465,6 +625,19 @@ def run_seed(seed, seconds, args, netns, totals):
                 time.sleep(0.1)
             ck = checks.Checker(w, ev, wd.TIMING)
             ck.t0 = t0
+            ck.replay = f"CHAOS_SEED={seed} CHAOS_SEED_SECONDS={seconds:.0f} KPRISM_BIN={args['kprism']} make chaos"
+            # Guaranteed per seed: one half-close event (I9), and a churn phase after I4's warm-up
+            # with I4's baseline before it and its tail after it (no SIGUSR2 or admin flood then).
+            chaos.later(rng.uniform(3.0, 8.0), chaos.halfclose_when_c4)
+            c_at = rng.uniform(checks.WARMUP + 2.0, checks.WARMUP + 4.0)
+            c_dur = min(14.0, seconds - c_at - 7.0)
+            if c_dur >= 5.0:
+                now = time.monotonic()
+                chaos.quiet_i4.append((now + c_at - 4.0, now + c_at + c_dur + 6.0))
+                chaos.later(c_at, chaos.churn_phase, c_dur)
+                chaos.later(c_at + c_dur + rng.uniform(1.0, 3.0), chaos.halfclose_when_c4)  # in the quiet: no SIGUSR2
+            else:
+                chaos.skip("churn phase", f"a seed of {seconds:.0f}s is too short for it")
             tr = clients.Traffic(clients.context(w.pki), w.kport)
             tr.start()
             ck.start()
@@ -477,7 +650,8 @@ def run_seed(seed, seconds, args, netns, totals):
                     chaos.step()
                     n_steps += 1
                     nxt = time.monotonic() + rng.uniform(0.6, 2.0)
-                time.sleep(0.05)
+                due = min([nxt] + [p[0] for p in chaos.pending[:1]])
+                time.sleep(min(0.05, max(0.005, due - time.monotonic())))
             chaos.flush()
             ev.add("end", "", "every fault ended; settling 3s")
             time.sleep(3.0)
@@ -509,7 +683,10 @@ def run_seed(seed, seconds, args, netns, totals):
     for k, v in chaos.skipped.items():
         totals["skipped"][k] = v
     for k, v in ck.notes.items():
-        totals["notes"][k] = totals["notes"].get(k, 0) + v
+        if k in ("halfclose_c4_max_s", "churn_rss_growth_kib"):
+            totals["notes"][k] = totals["notes"].get(k, []) + [v]
+        else:
+            totals["notes"][k] = totals["notes"].get(k, 0) + v
     totals["seeds"].append(seed)
     print(f"chaos: seed {seed}: requests {ck.failures}, failures explained by {ck.by_event}, "
           f"watch connections opened {tr.watch_opens}", flush=True)
@@ -519,8 +696,7 @@ def run_seed(seed, seconds, args, netns, totals):
             f.write("\n".join(ev.dump()) + "\n")
         for inv, t, msg in ck.violations:
             totals["violations"].append((seed, inv, t, msg))
-        print(f"chaos: seed {seed}: {len(ck.violations)} violation(s); replay with CHAOS_SEED={seed} "
-              f"CHAOS_SEED_SECONDS={seconds:.0f} make chaos (KPRISM_BIN={args['kprism']})", flush=True)
+        print(f"chaos: seed {seed}: {len(ck.violations)} violation(s); replay with: {ck.replay}", flush=True)
         print(f"chaos: seed {seed}: event trace ({trace_file}; kprism's log {w.klog}):", flush=True)
         for line in ev.dump():
             print(f"chaos:   {line}")
@@ -564,6 +740,11 @@ def main():
           f"budget {budget:.0f}s, {per:.0f}s of events per seed", flush=True)
     for name, flag in (("discovery CIDR key", wd.kprism_flag_like(args["kprism"], r"--discovery[-a-z]*(cidr|allow)[-a-z]*")),):
         print(f"chaos: {name}: {flag or 'not in this kprism (nothing passed)'}", flush=True)
+    d = tempfile.mkdtemp(prefix="kprism-chaos-probe-")
+    has = wd.World._has_allowed_cidrs(args["kprism"], d)
+    os.rmdir(d)
+    print(f"chaos: discovery.allowed_cidrs: {'127.0.0.0/8 (loopback stand-ins admitted)' if has else 'not in this kprism'}",
+          flush=True)
     totals = {"seeds": [], "events": {}, "samples": {}, "requests": {}, "violations": [], "errors": [],
               "skipped": {}, "notes": {}}
     start = time.monotonic()

@@ -26,6 +26,7 @@ import cluster as clu  # noqa: E402
 GO_ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 C4_FRONT = "127.0.0.14"  # the relay kprism is configured with
 C4_ADDR = "127.0.0.24"  # the C++ stand-in itself (also what discovery adds)
+C5_ADDR = "127.0.0.25"  # a second C++ stand-in, always ready: the endpoint the churn phase adds and removes
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 
 # Quick stand-in timings (as tests/discovery): the lease is rewritten every second and expires
@@ -107,7 +108,7 @@ class World:
     def __init__(self, d, kprism_bin, apiserver_bin, standin_bin, netns):
         self.d, self.kbin, self.netns = d, kprism_bin, netns
         self.apiserver_bin, self.standin_bin = apiserver_bin, standin_bin
-        self.pki = clu.Pki(d, extra_ips=[C4_FRONT, C4_ADDR])
+        self.pki = clu.Pki(d, extra_ips=[C4_FRONT, C4_ADDR, C5_ADDR])
         fd = os.path.join(d, "foreign")
         os.mkdir(fd)
         self.foreign = clu.Pki(fd)  # another CA: its kubelet certificate is rejected everywhere
@@ -116,7 +117,7 @@ class World:
         shutil.copyfile(self.pki.kubelet_pem, self.cert)
         os.chmod(self.cert, 0o600)
         self.store = self._start_store()
-        self.port = clu.shared_port(GO_ADDRS + [C4_FRONT, C4_ADDR])
+        self.port = clu.shared_port(GO_ADDRS + [C4_FRONT, C4_ADDR, C5_ADDR])
         self.go = [clu.Apiserver(apiserver_bin, d, self.pki, i + 1, addr=a, port=self.port)
                    for i, a in enumerate(GO_ADDRS)]
         hooks = self._poststart_flag(apiserver_bin)
@@ -130,19 +131,30 @@ class World:
         self.cert_normal, self.cert_normal_since = True, now
         self.c4_readyz = os.path.join(d, "c4.readyz")
         self.c4_delay = os.path.join(d, "c4.delay")
+        self.c4_hold = os.path.join(d, "c4.hold-eof")  # ms the relay holds a FIN from kprism (the half-close event)
         self.set_c4("200")
-        with open(self.c4_delay, "w") as f:
-            f.write("0\n")
+        for path in (self.c4_delay, self.c4_hold):
+            with open(path, "w") as f:
+                f.write("0\n")
         self.c4 = Proc([standin_bin, "--listen", f"{C4_ADDR}:{self.port}", "--name", "c4", "--tls-cert",
                         f"{d}/srv.crt", "--tls-key", f"{d}/srv.key", "--client-ca", self.pki.ca,
                         "--readyz-file", self.c4_readyz], os.path.join(d, "c4.log"), name="c4")
         self.relay = Proc([sys.executable, os.path.join(TESTS, "faults", "delay_relay.py"), "--listen",
-                           f"{C4_FRONT}:{self.port}", "--to", f"{C4_ADDR}:{self.port}", "--delay-file", self.c4_delay],
+                           f"{C4_FRONT}:{self.port}", "--to", f"{C4_ADDR}:{self.port}", "--delay-file", self.c4_delay,
+                           "--hold-eof-file", self.c4_hold],
                           os.path.join(d, "relay.log"), name="relay")
-        if not self.relay.wait_output("relay listening", 10) or not self.c4.wait_output("listening", 10):
-            raise RuntimeError("c4 or its relay did not start")
+        c5_readyz = os.path.join(d, "c5.readyz")
+        with open(c5_readyz, "w") as f:
+            f.write("200\n")
+        self.c5 = Proc([standin_bin, "--listen", f"{C5_ADDR}:{self.port}", "--name", "c5", "--tls-cert",
+                        f"{d}/srv.crt", "--tls-key", f"{d}/srv.key", "--client-ca", self.pki.ca,
+                        "--readyz-file", c5_readyz], os.path.join(d, "c5.log"), name="c5")
+        if not self.relay.wait_output("relay listening", 10) or not self.c4.wait_output("listening", 10) \
+                or not self.c5.wait_output("listening", 10):
+            raise RuntimeError("c4, its relay or c5 did not start")
         self.kport, self.aport = free_port(), free_port()
         self.cfg = os.path.join(d, "kprism.toml")
+        self.allowed_cidrs = self._has_allowed_cidrs(kprism_bin, d)
         self.static = [self.go[0].endpoint, self.go[1].endpoint, self.c4_endpoint]
         self.write_config(self.static)
         self.cidr_flag = kprism_flag_like(kprism_bin, r"--discovery[-a-z]*(cidr|allow)[-a-z]*")
@@ -163,6 +175,22 @@ class World:
         if not wait_until(lambda: os.path.exists(path), 10):
             raise RuntimeError("the store did not start")
         return path
+
+    @staticmethod
+    def _has_allowed_cidrs(binary, d):
+        """Whether this kprism has discovery.allowed_cidrs (kprism.toml(5); by default loopback
+        discovered addresses are not admitted, and every stand-in here is on loopback): asked by
+        `kprism check` of a file that sets it (a kprism without it refuses the unknown key)."""
+        path = os.path.join(d, "probe-allowed-cidrs.toml")
+        with open(path, "w") as f:
+            f.write('endpoints = ["127.0.0.1:6443"]\n[discovery]\nenabled = true\nallowed_cidrs = ["127.0.0.0/8"]\n')
+        try:
+            r = subprocess.run([binary, "check", "--config", path], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return False
+        finally:
+            os.unlink(path)
+        return r.returncode == 0
 
     @staticmethod
     def _poststart_flag(binary):
@@ -204,6 +232,7 @@ min_age = "3s"
 [discovery]
 enabled = true
 snapshot_file = "{self.d}/discovery.json"
+{'allowed_cidrs = ["127.0.0.0/8"]' if self.allowed_cidrs else ''}
 [log]
 level = "info"
 """
@@ -211,6 +240,8 @@ level = "info"
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, self.cfg)
+        if self.c4_endpoint in endpoints and self.c4_endpoint not in getattr(self, "configured", []):
+            self.c4_configured_since = time.monotonic()  # a new checker: no result yet (I8 waits)
         self.configured = list(endpoints)
 
     # ---- kprism
@@ -250,6 +281,10 @@ level = "info"
         with open(self.c4_delay, "w") as f:
             f.write(f"{ms}\n")
 
+    def set_c4_hold(self, ms):
+        with open(self.c4_hold, "w") as f:
+            f.write(f"{ms}\n")
+
     # ---- Go stand-ins
     def go_restart(self, s, *extra):
         if s.proc is not None and s.proc.poll() is None:
@@ -283,11 +318,14 @@ level = "info"
             c.close()
 
     def post_slice(self, s, name, addrs, port):
-        body = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        return self.api(s, "POST", SLICES, self.slice_body(name, addrs, port))[0]
+
+    @staticmethod
+    def slice_body(name, addrs, port):
+        return {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": name, "namespace": "default", "labels": {"kubernetes.io/service-name": "kubernetes"}},
                 "addressType": "IPv4", "endpoints": [{"addresses": [a], "conditions": {"ready": True}} for a in addrs],
                 "ports": [{"name": "https", "protocol": "TCP", "port": port}]}
-        return self.api(s, "POST", SLICES, body)[0]
 
     def delete_slice(self, s, name):
         return self.api(s, "DELETE", f"{SLICES}/{name}")[0]
@@ -306,4 +344,5 @@ level = "info"
             if s.proc is not None:
                 _kill(s.proc)
         self.c4.kill()
+        self.c5.kill()
         self.relay.kill()

@@ -6,7 +6,11 @@ bytes, in both directions, for half of the current delay before passing it on, s
 trip grows by the delay. The delay is the number of milliseconds in --delay-file (re-read every
 100 ms; missing or empty: 0), and applies to bytes read from then on, on established and new
 connections alike. Order, half-close (FIN) and resets are passed through; at most 1 MiB is
-queued per direction (backpressure beyond that). Prints "relay listening ADDR" when ready."""
+queued per direction (backpressure beyond that). With --hold-eof-file, a FIN from the listening
+side (the client of the relay) is passed on to --to only after that many more milliseconds (read
+when the FIN arrives; missing, empty or 0: at once): to the server behind, a client that has
+half-closed is still there and quiet, as a server that does not react to a FIN would be. Prints
+"relay listening ADDR" when ready."""
 
 import argparse
 import asyncio
@@ -38,7 +42,7 @@ class Delay:
             await asyncio.sleep(0.1)
 
 
-async def pipe(reader, writer, delay, peer_writer):
+async def pipe(reader, writer, delay, peer_writer, hold=None):
     loop = asyncio.get_running_loop()
     q = asyncio.Queue(QUEUE_CHUNKS)
 
@@ -46,7 +50,8 @@ async def pipe(reader, writer, delay, peer_writer):
         try:
             while True:
                 data = await reader.read(CHUNK)
-                await q.put((loop.time() + delay.ms / 2000.0, data))
+                extra = hold.ms / 1000.0 if hold is not None and not data else 0.0
+                await q.put((loop.time() + delay.ms / 2000.0 + extra, data))
                 if not data:
                     return
         except (ConnectionError, OSError):
@@ -89,7 +94,7 @@ def abort(writer):
     writer.transport.abort()
 
 
-async def serve(args, delay):
+async def serve(args, delay, hold):
     to_host, to_port = args.to.rsplit(":", 1)
 
     async def handle(cr, cw):
@@ -98,7 +103,7 @@ async def serve(args, delay):
         except OSError:
             abort(cw)
             return
-        await asyncio.gather(pipe(cr, uw, delay, cw), pipe(ur, cw, delay, uw), return_exceptions=True)
+        await asyncio.gather(pipe(cr, uw, delay, cw, hold), pipe(ur, cw, delay, uw), return_exceptions=True)
         for w in (cw, uw):
             w.close()
 
@@ -106,6 +111,8 @@ async def serve(args, delay):
     server = await asyncio.start_server(handle, host, int(port), reuse_address=True, backlog=1024)
     print(f"relay listening {args.listen}", flush=True)
     asyncio.ensure_future(delay.watch())
+    if hold is not None:
+        asyncio.ensure_future(hold.watch())
     async with server:
         await server.serve_forever()
 
@@ -115,9 +122,10 @@ def main():
     ap.add_argument("--listen", required=True)
     ap.add_argument("--to", required=True)
     ap.add_argument("--delay-file", required=True)
+    ap.add_argument("--hold-eof-file", help="milliseconds a FIN from the listening side is held before it is passed on")
     args = ap.parse_args()
     try:
-        asyncio.run(serve(args, Delay(args.delay_file)))
+        asyncio.run(serve(args, Delay(args.delay_file), Delay(args.hold_eof_file) if args.hold_eof_file else None))
     except KeyboardInterrupt:
         pass
     return 0
