@@ -338,7 +338,7 @@ check "default health.rise, health.fall" "$(dflt health.rise) $(dflt health.fall
 check "default first_response_timeout (s)" "$(dflt first_response_timeout | tr -d s)" README.md \
     'no byte back within `first_response_timeout` \(# s\)'
 check "first flight kMaxFirstFlight (KiB)" "$ff" README.md 'up to # KiB'
-check "default close_spread (s)" "$(dflt close_spread | tr -d s)" README.md 'over `close_spread` \(# s\)'
+check "default close_spread (s)" "$(dflt close_spread | tr -d s)" README.md 'past `close_spread` \(# s\)'
 
 echo "doc-drift: $passed passed, $failed failed"
 [ "$failed" = 0 ]
