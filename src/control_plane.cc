@@ -5,6 +5,7 @@
 #include "kprism/control_plane.h"
 
 #include <fmt/format.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -45,6 +46,8 @@ void ControlPlane::start() {
     resolve_timer_.data = this;
     uv_timer_init(loop(), &hold_timer_);
     hold_timer_.data = this;
+    uv_timer_init(loop(), &trim_timer_);
+    trim_timer_.data = this;
     started_ = true;
     for (size_t i = 0; i < ups_.size(); ++i)
         if (!ups_[i].addr.is_ip) resolve(ups_[i]);
@@ -67,6 +70,7 @@ void ControlPlane::close() {
     if (started_) {
         uv_close(reinterpret_cast<uv_handle_t*>(&resolve_timer_), nullptr);
         uv_close(reinterpret_cast<uv_handle_t*>(&hold_timer_), nullptr);
+        uv_close(reinterpret_cast<uv_handle_t*>(&trim_timer_), nullptr);
     }
 }
 
@@ -90,6 +94,15 @@ void ControlPlane::checker_closed(HealthChecker* c) {
     if (it == retired_checkers_.end()) return;  // closed by close(): freed with the ControlPlane
     std::swap(*it, retired_checkers_.back());
     retired_checkers_.pop_back();
+    if (retired_checkers_.empty() && started_ && !closed_ &&
+        !uv_is_active(reinterpret_cast<uv_handle_t*>(&trim_timer_)))
+        uv_timer_start(&trim_timer_, on_trim_timer, kTrimDelayMs, 0);
+}
+
+void ControlPlane::on_trim_timer(uv_timer_t*) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }
 
 size_t ControlPlane::checkers_allocated() const {

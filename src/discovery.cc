@@ -124,6 +124,10 @@ bool Discovery::on_data(std::string_view bytes) {
         }
         return phase_ == Phase::listing ? on_list_body(body) : on_watch_line_feed(body);
     });
+    if (publish_pending_) {  // what the events before any failure below said still counts
+        publish_pending_ = false;
+        publish();
+    }
     if (relist_) {  // an ERROR event with code 410 in the stream
         req_ = nullptr;
         relist("resource version too old");
@@ -188,11 +192,11 @@ bool Discovery::on_watch_line(std::string_view line) {
         }
         cp_.drop_refused(ev.slice.endpoints, "slice", ev.slice.name);
         slices_[ev.slice.name] = std::move(ev.slice.endpoints);
-        publish();
+        publish_pending_ = true;
         break;
     case WatchEventType::deleted:
         slices_.erase(ev.slice.name);
-        publish();
+        publish_pending_ = true;
         break;
     }
     if (!ev.resource_version.empty()) st_.resource_version = ev.resource_version;

@@ -178,6 +178,12 @@ private:
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
     uv_timer_t hold_timer_{};
+    // After removed upstreams' checkers are freed, the heap they held is handed back to the kernel
+    // (malloc_trim) once things settle: at most once per kTrimDelayMs, so that RSS follows the
+    // live set under membership churn instead of the largest burst's high-water mark.
+    uv_timer_t trim_timer_{};
+    static constexpr uint64_t kTrimDelayMs = 5000;
+    static void on_trim_timer(uv_timer_t* t);
     bool started_ = false;
     bool closed_ = false;
     bool failing_open_ = false;

@@ -78,6 +78,9 @@ private:
     std::string body_;  // the list response, at most kMaxSliceListBytes
     std::string fail_;  // why a response was refused, set while parsing it
     bool relist_ = false;  // the watch said 410: list again at once
+    // Watch events of the bytes being read changed the slices: published once when the read is
+    // done, so that a burst of events is one membership change, not one per event.
+    bool publish_pending_ = false;
     bool list_next_ = false;  // the watch broke on its content: the retry lists
     uint64_t watch_started_ms_ = 0;
     uint64_t backoff_ms_ = 0;
