@@ -15,8 +15,8 @@ TLS state too. kprism runs with default health settings and no snapshot file (a 
 change is another subject).
 
 Every SAMPLE (5000) events the watch also rests SETTLE_MS (7000, longer than kprism's 5 s before it
-hands freed heap back to the kernel): there, once kprism has read them all
-(kprism_discovery_watch_events_total), it samples VmRSS (what the churn left behind) and
+hands freed heap back to the kernel): there, once kprism's count of events read
+(kprism_discovery_watch_events_total) has stood still for a second, and 4.5 s later, it samples VmRSS (what the churn left behind) and
 kprism_health_checkers; between samples it keeps the highest VmRSS seen during the churn (the
 working set of the bursts in flight). The first WARMUP (10 000) events are warm-up. It prints one
 markdown table and a verdict line: flat when every settled RSS after warm-up is within 10 % of the
@@ -178,14 +178,24 @@ def main():
                 last_progress, last_events = time.monotonic(), ev
             if time.monotonic() - last_progress > 60:
                 raise SystemExit(f"kprism stopped reading events at {ev:.0f}; see {d}/kprism.log")
-            if ev >= next_at:  # the watch rests now: sample once kprism has settled
-                time.sleep(max(0.0, (a.settle_ms - 1000) / 1000))
+            if ev >= next_at:
+                # The watch rests every SAMPLE events it sent; kprism's count may be off from the
+                # sender's (a watch started again), so the rest is told by the count standing
+                # still for a second, then sampled once kprism has settled.
+                still = time.monotonic()
+                while time.monotonic() - still < 1.0:
+                    peak = max(peak, rss_kib(k.pid))
+                    time.sleep(0.05)
+                    now_ev = metric(admin, "kprism_discovery_watch_events_total") or 0
+                    if now_ev != ev:
+                        ev, still = now_ev, time.monotonic()
+                time.sleep(max(0.0, (a.settle_ms - 2500) / 1000))
                 rss = rss_kib(k.pid)
                 rows.append((int(ev), rss, int(metric(admin, "kprism_health_checkers") or -1),
                              time.monotonic() - start, max(peak, rss)))
                 say(f"{int(ev)} events: RSS {rss / 1024:.1f} MiB settled, {rows[-1][4] / 1024:.1f} MiB at most "
                     f"during the churn; checkers {rows[-1][2]}")
-                next_at += a.sample
+                next_at = (int(ev) // a.sample + 1) * a.sample
                 peak = 0
             else:
                 peak = max(peak, rss_kib(k.pid))
