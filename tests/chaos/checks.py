@@ -10,6 +10,42 @@ import time
 
 from faultlib.procs import fd_count, rss_kib
 
+
+def describe_fds(pid):
+    """kprism's descriptors by kind, its TCP sockets by state and remote port: what a descriptor
+    violation shows, so that a leak can be told from sockets still closing."""
+    states = {"01": "ESTABLISHED", "02": "SYN_SENT", "04": "FIN_WAIT1", "05": "FIN_WAIT2", "06": "TIME_WAIT",
+              "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN", "0B": "CLOSING"}
+    tcp = {}
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{name}") as f:
+                for line in list(f)[1:]:
+                    p = line.split()
+                    tcp[p[9]] = (states.get(p[3], p[3]), int(p[1].rsplit(":", 1)[1], 16), int(p[2].rsplit(":", 1)[1], 16))
+        except OSError:
+            pass
+    kinds = {}
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return "?"
+    for fd in fds:
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        m = re.match(r"socket:\[(\d+)\]", link)
+        if m and m.group(1) in tcp:
+            st, lport, rport = tcp[m.group(1)]
+            key = f"tcp {st} local:{lport}" if st == "LISTEN" else f"tcp {st} remote:{rport}"
+        elif m:
+            key = "socket (not TCP)"
+        else:
+            key = re.sub(r"\d+", "N", link)
+        kinds[key] = kinds.get(key, 0) + 1
+    return ", ".join(f"{k} x{v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]))
+
 SAMPLE = 0.15
 MARGIN = 1.5  # seconds added to every documented bound: sampling (0.15 s), scheduling on 2 busy cores
 
@@ -469,7 +505,8 @@ class Checker:
                 over = over + 1 if x > fbase + FD_TOL else 0
                 if over >= 5:
                     self.violate("I4", f"open descriptors beyond connections and upstreams grew from {fbase} to "
-                                       f"{x} for 5 s (tolerance {FD_TOL})", key=("I4-fd", image))
+                                       f"{x} for 5 s (tolerance {FD_TOL}); now {describe_fds(self.w.kp.pid)}",
+                                 key=("I4-fd", image))
                     break
         # across the churn phase
         for c0, c1 in zip(self.ev.times("churn"), self.ev.times("churn_end")):
