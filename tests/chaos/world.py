@@ -171,7 +171,8 @@ class World:
         path = f"{self.d}/store.sock"
         log = open(os.path.join(self.d, "store.log"), "w")
         p = subprocess.Popen([self.apiserver_bin, "store", "--listen", f"unix:{path}"], stdout=log, stderr=log)
-        cleanup.register("store", lambda: _kill(p))
+        # Undone by close() at the end of the seed (a long run has many); at exit should that not run.
+        self.store_token = cleanup.register("store", lambda: _kill(p))
         if not wait_until(lambda: os.path.exists(path), 10):
             raise RuntimeError("the store did not start")
         return path
@@ -346,3 +347,4 @@ level = "info"
         self.c4.kill()
         self.c5.kill()
         self.relay.kill()
+        cleanup.undo(self.store_token)
