@@ -537,8 +537,7 @@ void validate(Config& c, std::vector<std::string>& errors) {
     for (const auto& text : s.discovery_allowed_cidrs) {
         Cidr cidr;
         std::string err;
-        if (parse_cidr(text, cidr, &err)) c.discovery_allowed.push_back(cidr);
-        else fail("discovery.allowed_cidrs", err);
+        if (!parse_cidr(text, cidr, &err)) fail("discovery.allowed_cidrs", err);
     }
     // A rule between two keys names where both came from.
     auto both = [&](const char* key, const char* other, std::string msg) {
@@ -771,6 +770,27 @@ bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& e
         return false;
     }
     return load_config_text(ss.str(), cl.config_file, cl, out, errors);
+}
+
+std::vector<Cidr> discovery_allowed(const Config& c) {
+    std::vector<Cidr> out;
+    for (const auto& text : c.s.discovery_allowed_cidrs)
+        if (Cidr cidr; parse_cidr(text, cidr, nullptr)) out.push_back(cidr);
+    return out;
+}
+
+void keep_restart_only_settings(const Config& running, Config& next) {
+    for (const OptionDef& o : options()) {
+        if (o.reloadable) continue;
+        std::visit(
+            [&](auto member) {
+                if (next.s.*member == running.s.*member) return;
+                log::warn("setting not reloaded: it takes effect at the next restart", {{"key", o.key}});
+                next.s.*member = running.s.*member;
+            },
+            o.field);
+    }
+    next.admin = running.admin;  // derived from health.bind_address and health.port
 }
 
 std::string render_config(const Config& c) {

@@ -46,7 +46,7 @@ std::vector<sockaddr_storage> ControlPlane::own_listeners() const {
 }
 
 void ControlPlane::drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name) {
-    const AddressRules rules(config().discovery_allowed, own_listeners());
+    const AddressRules rules(discovery_allowed(config()), own_listeners());
     auto refused = [&](const HostPort& hp) {
         sockaddr_storage ss;
         std::string why = ip_to_sockaddr(hp.host, hp.port, ss) ? rules.refuse(as_sockaddr(ss)) : "not an IP address";

@@ -197,7 +197,6 @@ private:
     void close_all(const char* reason);
     void finish();
     bool apply_listeners(const Config& next, std::string& error, std::string& summary);
-    void keep_restart_only_settings(Config& next);
     static void on_signal(uv_signal_t* s, int signum);
     static void on_drain_timeout(uv_timer_t* t);
     static void on_half_close_sweep(uv_timer_t* t);
