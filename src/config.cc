@@ -523,12 +523,10 @@ void validate(Config& c, std::vector<std::string>& errors) {
     // kprism never connects to itself: a configured endpoint that is one of its listeners would
     // nest each client connection into kprism until max_connections.
     {
-        std::vector<sockaddr_storage> own = c.listen;
-        own.push_back(c.admin);
-        std::vector<sockaddr_storage> local = local_addresses();
+        const OwnListeners own = configured_listeners(c);
         for (const auto& e : c.endpoints) {
             sockaddr_storage ss;
-            if (e.addr.is_ip && ip_to_sockaddr(e.addr.host, e.addr.port, ss) && is_own_listener(as_sockaddr(ss), own, local))
+            if (e.addr.is_ip && ip_to_sockaddr(e.addr.host, e.addr.port, ss) && own.contains(as_sockaddr(ss)))
                 fail("endpoints", fmt::format("'{}' is an address kprism itself listens on (bind_address:bind_port or "
                                               "health.bind_address:health.port); kprism never connects to itself",
                                               e.addr.str()));
@@ -770,6 +768,13 @@ bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& e
         return false;
     }
     return load_config_text(ss.str(), cl.config_file, cl, out, errors);
+}
+
+OwnListeners configured_listeners(const Config& c) {
+    std::vector<OwnListener> own;
+    for (const auto& a : c.listen) own.push_back({a, false});
+    own.push_back({c.admin, false});
+    return OwnListeners(std::move(own));
 }
 
 std::vector<Cidr> discovery_allowed(const Config& c) {

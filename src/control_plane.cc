@@ -49,8 +49,10 @@ void ControlPlane::start() {
     uv_timer_init(loop(), &trim_timer_);
     trim_timer_.data = this;
     started_ = true;
-    for (size_t i = 0; i < ups_.size(); ++i)
+    for (size_t i = 0; i < ups_.size(); ++i) {
         if (!ups_[i].addr.is_ip) resolve(ups_[i]);
+        else refuse_if_own(ups_[i]);
+    }
     arm_resolve_timer(config());
     // First probes spread over up to a second (kprism restarts on many nodes at once after a
     // rollout); after that every checker drifts on its own jittered period.
@@ -463,9 +465,18 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         summary += " endpoint_added=" + u->name;
         log::info("endpoint added", {{"upstream", u->name}});
         if (!u->addr.is_ip) resolve(*u);
+        else refuse_if_own(*u);
         start_checker(*u, random_below(200));
     }
     arm_resolve_timer(next);
+}
+
+void ControlPlane::refuse_if_own(Upstream& u) {
+    if (!u.resolved || !own_listeners().contains(as_sockaddr(u.sa))) return;
+    log::error("endpoint is an address kprism listens on; kprism never connects to itself",
+               {{"upstream", u.name}, {"address", sockaddr_str(u.sa)}});
+    u.resolved = false;
+    u.resolved_to_self = sockaddr_str(u.sa);
 }
 
 // Re-resolution runs only while some endpoint is a hostname, every resolve_interval.
@@ -530,8 +541,7 @@ void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res)
     }
     // The first address that is not one of kprism's own listeners: a name that resolves to
     // kprism itself would nest each client connection into kprism.
-    const std::vector<sockaddr_storage> own = self->own_listeners();
-    const std::vector<sockaddr_storage> local = local_addresses();
+    const OwnListeners& own = self->own_listeners();
     sockaddr_storage ss{};
     bool found = false;
     std::string skipped;
@@ -540,7 +550,7 @@ void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res)
         sockaddr_storage cand{};
         std::memcpy(&cand, ai->ai_addr, ai->ai_addrlen);
         reinterpret_cast<sockaddr_in*>(&cand)->sin_port = htons(u->addr.port);  // same offset for v6
-        if (is_own_listener(as_sockaddr(cand), own, local)) {
+        if (own.contains(as_sockaddr(cand))) {
             skipped += (skipped.empty() ? "" : ",") + sockaddr_str(cand);
             continue;
         }

@@ -39,11 +39,7 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 }  // namespace
 
-std::vector<sockaddr_storage> ControlPlane::own_listeners() const {
-    std::vector<sockaddr_storage> own = config().listen;
-    own.push_back(config().admin);
-    return own;
-}
+const OwnListeners& ControlPlane::own_listeners() const { return srv_.own_listeners(); }
 
 void ControlPlane::drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name) {
     const AddressRules rules(discovery_allowed(config()), own_listeners());

@@ -63,6 +63,7 @@ void Server::reload() {
         return;
     }
     // From here on nothing can fail: the new configuration is committed.
+    note_own_listeners();  // before the endpoints: a new one may be a listener
     control_.reconfigure(next, summary);
     keep_restart_only_settings(cfg_, next);
     policy_ = make_policy(next.policy);

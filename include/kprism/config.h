@@ -121,6 +121,11 @@ struct Config {
     std::map<std::string, std::string> origin;  // option key -> "file:line", "flag", or absent (default)
 };
 
+// What the configuration says kprism listens on (bind_address x bind_port, the admin address; a
+// "::" one taken as also accepting IPv4), for validation before anything is bound. The running
+// daemon asks its bound sockets instead (Server::own_listeners): systemd's, or handed over.
+OwnListeners configured_listeners(const Config& c);
+
 // The networks of s.discovery_allowed_cidrs, parsed where they are used so that nothing derived
 // can disagree with the setting in force (validation has parsed each one already).
 std::vector<Cidr> discovery_allowed(const Config& c);

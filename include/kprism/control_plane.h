@@ -107,9 +107,8 @@ public:
     void discovery_confirmed() { write_snapshot(); }
     static constexpr int64_t kSnapshotRefreshS = 3600;
     static constexpr size_t kMaxRefusedWarned = 4096;  // refused addresses remembered as warned
-    // The addresses kprism listens on (bind_address x bind_port, the admin address): it never
-    // connects to them.
-    std::vector<sockaddr_storage> own_listeners() const;
+    // The sockets kprism listens on, as bound (Server::own_listeners): it never connects to them.
+    const OwnListeners& own_listeners() const;
     // Drops from `endpoints` every address the rules for discovered addresses refuse
     // (address_rules.h, discovery.allowed_cidrs), with one warning per address and `origin`
     // ("slice" or "snapshot", `name`) while it keeps being named.
@@ -164,6 +163,9 @@ private:
     void stop_checker(Upstream& u);
     void reconfigure_endpoints(const Config& next, std::string& summary);
     void resolve(Upstream& u);
+    // A configured IP endpoint that is one of kprism's own sockets (possible when systemd passed
+    // them: validation knows only the configured addresses) is never connected to.
+    void refuse_if_own(Upstream& u);
     void arm_resolve_timer(const Config& cfg);
     static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
     static void on_resolve_timer(uv_timer_t* t);

@@ -493,7 +493,8 @@ TEST(Config, ReloadKeepsDiscoveryAllowedCidrs) {
     sockaddr_storage ten{}, loop{};
     ASSERT_TRUE(ip_to_sockaddr("10.1.2.3", 6443, ten));
     ASSERT_TRUE(ip_to_sockaddr("127.0.0.9", 6443, loop));
-    const AddressRules rules(allowed, {});
+    const OwnListeners none;
+    const AddressRules rules(allowed, none);
     EXPECT_EQ(rules.refuse(as_sockaddr(ten)), "in no CIDR of discovery.allowed_cidrs");
     EXPECT_EQ(rules.refuse(as_sockaddr(loop)), "");
 }
