@@ -111,6 +111,7 @@ const char* refused_range(const sockaddr* sa) {
     if (a.family == 0) return "not an IP";
     if (all_zero(a)) return "unspecified";
     if (a.family == AF_INET) {
+        if (a.b[0] == 0) return "this network";  // 0.0.0.0/8 (RFC 1122): no host to reach there
         if (a.b[0] == 127) return "loopback";
         if (a.b[0] == 169 && a.b[1] == 254) return "link-local";
         if ((a.b[0] & 0xf0) == 224) return "multicast";

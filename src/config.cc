@@ -77,7 +77,7 @@ const std::vector<OptionDef>& options() {
         {"discovery.snapshot_max_age", "discovery-snapshot-max-age", &S::discovery_snapshot_max_age,
          "a snapshot older than this is ignored at start", 60 * kSec, 4320 * 3600 * kSec, {}, kRestart},
         {"discovery.allowed_cidrs", "discovery-allowed-cidrs", &S::discovery_allowed_cidrs,
-         "admit only discovered (and snapshot) addresses in these CIDRs (empty: any but loopback, unspecified, "
+         "admit only discovered (and snapshot) addresses in these CIDRs (empty: any but loopback, 0.0.0.0/8, ::, "
          "link-local, multicast and broadcast)",
          0, INT64_MAX, {}, kRestart},
         {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port",

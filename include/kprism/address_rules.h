@@ -27,8 +27,8 @@ struct Cidr {
 // "10.0.0.0/8", "fd00::/8" (host bits are cleared: "10.1.2.3/8" is 10.0.0.0/8). False with `err`.
 bool parse_cidr(std::string_view s, Cidr& out, std::string* err);
 
-// The refused range `sa` is in, as words for a log line ("loopback", "unspecified", "link-local",
-// "multicast", "broadcast"), or nullptr. IPv4-mapped IPv6 addresses count as their IPv4 address.
+// The refused range `sa` is in, as words for a log line ("loopback", "unspecified" (0.0.0.0, ::),
+// "this network" (the rest of 0.0.0.0/8), "link-local", "multicast", "broadcast"), or nullptr. IPv4-mapped IPv6 addresses count as their IPv4 address.
 const char* refused_range(const sockaddr* sa);
 
 // A socket kprism listens on: its address with the port, and whether a "::" one takes IPv6 only

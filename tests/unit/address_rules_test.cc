@@ -36,12 +36,13 @@ Cidr cidr(std::string_view s) {
 TEST(RefusedRange, EachRangeAndItsMappedForm) {
     for (const char* ip : {"127.0.0.1", "127.255.255.254", "::1", "::ffff:127.0.0.1"}) EXPECT_EQ(range(ip), "loopback") << ip;
     for (const char* ip : {"0.0.0.0", "::", "::ffff:0.0.0.0"}) EXPECT_EQ(range(ip), "unspecified") << ip;
+    for (const char* ip : {"0.0.0.1", "0.1.2.3", "0.255.255.255", "::ffff:0.0.0.5"}) EXPECT_EQ(range(ip), "this network") << ip;
     for (const char* ip : {"169.254.169.254", "169.254.0.1", "fe80::1", "febf::1", "::ffff:169.254.169.254"})
         EXPECT_EQ(range(ip), "link-local") << ip;
     for (const char* ip : {"224.0.0.1", "239.255.255.255", "ff02::1", "ff00::", "::ffff:224.0.0.1"})
         EXPECT_EQ(range(ip), "multicast") << ip;
     for (const char* ip : {"255.255.255.255", "::ffff:255.255.255.255"}) EXPECT_EQ(range(ip), "broadcast") << ip;
-    for (const char* ip : {"10.0.0.1", "192.168.1.1", "126.255.255.255", "128.0.0.1", "169.253.1.1", "223.255.255.255",
+    for (const char* ip : {"1.0.0.0", "10.0.0.1", "192.168.1.1", "126.255.255.255", "128.0.0.1", "169.253.1.1", "223.255.255.255",
                            "240.0.0.1", "255.255.255.254", "fd00::1", "2001:db8::1", "fec0::1", "::2", "::ffff:10.0.0.1"})
         EXPECT_EQ(range(ip), "") << ip;
 }
@@ -140,6 +141,7 @@ TEST(AddressRules, DefaultRefusesTheRangesAndListeners) {
     EXPECT_EQ(refuse("127.0.0.1"), "loopback address");
     EXPECT_EQ(refuse("169.254.169.254", 80), "link-local address");
     EXPECT_EQ(refuse("::"), "unspecified address");
+    EXPECT_EQ(refuse("0.10.0.1"), "this network address");
     EXPECT_EQ(refuse("127.0.0.1", 7445), "kprism listens there");
 }
 
