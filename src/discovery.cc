@@ -127,6 +127,13 @@ bool Discovery::on_data(std::string_view bytes) {
     if (publish_pending_) {  // what the events before any failure below said still counts
         publish_pending_ = false;
         publish();
+        // Publishing may have removed the upstream this request goes to: upstream_down() then
+        // aborted it and armed the next request; nothing of this one is left to judge (a stream
+        // that broke on what it carried is still not watched again from where it broke).
+        if (!req_) {
+            if (!ok) list_next_ = true;
+            return false;
+        }
     }
     if (relist_) {  // an ERROR event with code 410 in the stream
         req_ = nullptr;
