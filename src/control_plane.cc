@@ -405,16 +405,27 @@ void ControlPlane::close_stranded() {
             due.push_back(c);
     });
     if (due.empty()) return;
-    const auto spread = std::max<uint64_t>(static_cast<uint64_t>(config().s.close_spread.count()),
-                                           due.size() * 1000 / kDownClosesPerSecond);
+    // Each close at a random moment within close_spread, but never sooner than kDownCloseGapMs
+    // after the one before it, whichever check scheduled that: one pace across all batches.
+    const uint64_t now = uv_now(loop());
+    const auto spread = static_cast<uint64_t>(config().s.close_spread.count());
+    std::vector<uint64_t> at(due.size());
+    for (auto& a : at) a = now + (spread ? random_below(spread) : 0);
+    std::sort(at.begin(), at.end());
     std::vector<uint32_t> per(ups_.size(), 0);
-    for (Connection* c : due)
-        if (c->close_later_for_down(spread ? random_below(spread) : 0)) ++per[c->upstream()->index];
+    uint64_t last = now;
+    for (size_t i = 0; i < due.size(); ++i) {
+        const uint64_t when = std::max(at[i], next_down_close_ms_);
+        if (!due[i]->close_later_for_down(when - now)) continue;
+        ++per[due[i]->upstream()->index];
+        next_down_close_ms_ = when + kDownCloseGapMs;
+        last = when;
+    }
     for (size_t i = 0; i < ups_.size(); ++i)
         if (per[i] > 0)
             log::info("closing connections of the down upstream",
                       {{"upstream", ups_[i].name}, {"connections", per[i]},
-                       {"spread", format_duration(Duration{static_cast<int64_t>(spread)})}});
+                       {"spread", format_duration(Duration{static_cast<int64_t>(last - now)})}});
 }
 
 void ControlPlane::reconfigure(const Config& next, std::string& summary) {

@@ -121,8 +121,10 @@ public:
     // May the connections of `u` be closed for being down now (close_on_down, down, not removed,
     // no hold)? Asked again when each close is due.
     bool may_close_for_down(const Upstream& u) const;
-    // Many connections to close for being down go at most this many a second (beyond close_spread).
+    // Closes for being down go at most this many a second, across every check that scheduled
+    // them: beyond close_spread when there are many.
     static constexpr uint64_t kDownClosesPerSecond = 100;
+    static constexpr uint64_t kDownCloseGapMs = 1000 / kDownClosesPerSecond;
     // The upstream side ended an established connection first (FIN or reset before the client's),
     // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
     // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
@@ -180,6 +182,7 @@ private:
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
     uv_timer_t hold_timer_{};
+    uint64_t next_down_close_ms_ = 0;  // uv_now() before which no further close for being down is scheduled
     // After removed upstreams' checkers are freed, the heap they held is handed back to the kernel
     // (malloc_trim) once things settle: at most once per kTrimDelayMs, so that RSS follows the
     // live set under membership churn instead of the largest burst's high-water mark.
