@@ -96,6 +96,7 @@ void ControlPlane::checker_closed(HealthChecker* c) {
     if (it == retired_checkers_.end()) return;  // closed by close(): freed with the ControlPlane
     std::swap(*it, retired_checkers_.back());
     retired_checkers_.pop_back();
+    // The first emptying since the last trim starts the timer; a pending one is not re-armed.
     if (retired_checkers_.empty() && started_ && !closed_ &&
         !uv_is_active(reinterpret_cast<uv_handle_t*>(&trim_timer_)))
         uv_timer_start(&trim_timer_, on_trim_timer, kTrimDelayMs, 0);

@@ -203,6 +203,7 @@ bool Discovery::on_watch_line(std::string_view line) {
         break;
     case WatchEventType::deleted:
         slices_.erase(ev.slice.name);
+        cp_.forget_refused(slices_);
         publish_pending_ = true;
         break;
     }
@@ -253,6 +254,7 @@ void Discovery::on_end(bool clean, const std::string& why) {
             cp_.drop_refused(s.endpoints, "slice", s.name);
             slices_[s.name] = std::move(s.endpoints);
         }
+        cp_.forget_refused(slices_);  // the list names every slice there is
         st_.resource_version = list.resource_version;
         backoff_ms_ = 0;
         forbidden_logged_ = false;
