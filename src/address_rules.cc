@@ -111,6 +111,7 @@ const char* refused_range(const sockaddr* sa) {
     if (a.family == 0) return "not an IP";
     if (all_zero(a)) return "unspecified";
     if (a.family == AF_INET) {
+        if (a.b[0] == 0) return "this network";  // 0.0.0.0/8 (RFC 1122): no host to reach there
         if (a.b[0] == 127) return "loopback";
         if (a.b[0] == 169 && a.b[1] == 254) return "link-local";
         if ((a.b[0] & 0xf0) == 224) return "multicast";
@@ -124,22 +125,52 @@ const char* refused_range(const sockaddr* sa) {
     return nullptr;
 }
 
-bool is_own_listener(const sockaddr* target, const std::vector<sockaddr_storage>& listeners,
+namespace {
+
+// Does the listener `l` (a wildcard one included) take connections of `t`'s family?
+bool accepts_family(const OwnListener& ol, const Bytes& l, const Bytes& t) {
+    if (l.family == t.family) return true;
+    return l.family == AF_INET6 && t.family == AF_INET && !ol.v6_only && all_zero(l);
+}
+
+bool wildcard_on_port(const std::vector<OwnListener>& listeners, const Bytes& t) {
+    for (const auto& ol : listeners) {
+        Bytes l = bytes_of(as_sockaddr(ol.addr));
+        if (l.family != 0 && l.port == t.port && all_zero(l) && accepts_family(ol, l, t)) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+bool is_own_listener(const sockaddr* target, const std::vector<OwnListener>& listeners,
                      const std::vector<sockaddr_storage>& local) {
     Bytes t = bytes_of(target);
     if (t.family == 0) return false;
-    for (const auto& ss : listeners) {
-        Bytes l = bytes_of(as_sockaddr(ss));
+    for (const auto& ol : listeners) {
+        Bytes l = bytes_of(as_sockaddr(ol.addr));
         if (l.family == 0 || l.port != t.port) continue;
         if (same_address(l, t)) return true;
-        if (!all_zero(l)) continue;
-        // A wildcard listener (a "::" one usually takes IPv4 too): any address of this host.
+        if (!all_zero(l) || !accepts_family(ol, l, t)) continue;
+        // A wildcard listener: any address of this host in a family it accepts.
         const char* range = refused_range(target);
         if (range && (std::strcmp(range, "loopback") == 0 || std::strcmp(range, "unspecified") == 0)) return true;
         for (const auto& a : local)
             if (same_address(bytes_of(as_sockaddr(a)), t)) return true;
     }
     return false;
+}
+
+bool OwnListeners::contains(const sockaddr* target) const {
+    // The interface addresses matter only to a wildcard listener on this port.
+    if (!wildcard_on_port(listeners_, bytes_of(target))) return is_own_listener(target, listeners_, {});
+    const auto now = std::chrono::steady_clock::now();
+    if (!local_valid_ || now - local_read_ >= kLocalAddressesTtl) {
+        local_ = local_addresses();
+        local_read_ = now;
+        local_valid_ = true;
+    }
+    return is_own_listener(target, listeners_, local_);
 }
 
 std::vector<sockaddr_storage> local_addresses() {
@@ -157,15 +188,7 @@ std::vector<sockaddr_storage> local_addresses() {
 }
 
 std::string AddressRules::refuse(const sockaddr* sa) const {
-    // The interface addresses matter only to a wildcard listener on this port: read them then.
-    bool wildcard = false;
-    Bytes t = bytes_of(sa);
-    for (const auto& l : listeners_) {
-        Bytes b = bytes_of(as_sockaddr(l));
-        if (b.port == t.port && all_zero(b)) wildcard = true;
-    }
-    if (is_own_listener(sa, listeners_, wildcard ? local_addresses() : std::vector<sockaddr_storage>{}))
-        return "kprism listens there";
+    if (own_.contains(sa)) return "kprism listens there";
     if (allowed_.empty()) {
         if (const char* r = refused_range(sa)) return fmt::format("{} address", r);
         return "";

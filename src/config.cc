@@ -77,7 +77,7 @@ const std::vector<OptionDef>& options() {
         {"discovery.snapshot_max_age", "discovery-snapshot-max-age", &S::discovery_snapshot_max_age,
          "a snapshot older than this is ignored at start", 60 * kSec, 4320 * 3600 * kSec, {}, kRestart},
         {"discovery.allowed_cidrs", "discovery-allowed-cidrs", &S::discovery_allowed_cidrs,
-         "admit only discovered (and snapshot) addresses in these CIDRs (empty: any but loopback, unspecified, "
+         "admit only discovered (and snapshot) addresses in these CIDRs (empty: any but loopback, 0.0.0.0/8, ::, "
          "link-local, multicast and broadcast)",
          0, INT64_MAX, {}, kRestart},
         {"health.bind_address", "health-bind-address", &S::health_bind_address, "address of the admin/health HTTP port",
@@ -523,12 +523,10 @@ void validate(Config& c, std::vector<std::string>& errors) {
     // kprism never connects to itself: a configured endpoint that is one of its listeners would
     // nest each client connection into kprism until max_connections.
     {
-        std::vector<sockaddr_storage> own = c.listen;
-        own.push_back(c.admin);
-        std::vector<sockaddr_storage> local = local_addresses();
+        const OwnListeners own = configured_listeners(c);
         for (const auto& e : c.endpoints) {
             sockaddr_storage ss;
-            if (e.addr.is_ip && ip_to_sockaddr(e.addr.host, e.addr.port, ss) && is_own_listener(as_sockaddr(ss), own, local))
+            if (e.addr.is_ip && ip_to_sockaddr(e.addr.host, e.addr.port, ss) && own.contains(as_sockaddr(ss)))
                 fail("endpoints", fmt::format("'{}' is an address kprism itself listens on (bind_address:bind_port or "
                                               "health.bind_address:health.port); kprism never connects to itself",
                                               e.addr.str()));
@@ -537,8 +535,7 @@ void validate(Config& c, std::vector<std::string>& errors) {
     for (const auto& text : s.discovery_allowed_cidrs) {
         Cidr cidr;
         std::string err;
-        if (parse_cidr(text, cidr, &err)) c.discovery_allowed.push_back(cidr);
-        else fail("discovery.allowed_cidrs", err);
+        if (!parse_cidr(text, cidr, &err)) fail("discovery.allowed_cidrs", err);
     }
     // A rule between two keys names where both came from.
     auto both = [&](const char* key, const char* other, std::string msg) {
@@ -771,6 +768,34 @@ bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& e
         return false;
     }
     return load_config_text(ss.str(), cl.config_file, cl, out, errors);
+}
+
+OwnListeners configured_listeners(const Config& c) {
+    std::vector<OwnListener> own;
+    for (const auto& a : c.listen) own.push_back({a, false});
+    own.push_back({c.admin, false});
+    return OwnListeners(std::move(own));
+}
+
+std::vector<Cidr> discovery_allowed(const Config& c) {
+    std::vector<Cidr> out;
+    for (const auto& text : c.s.discovery_allowed_cidrs)
+        if (Cidr cidr; parse_cidr(text, cidr, nullptr)) out.push_back(cidr);
+    return out;
+}
+
+void keep_restart_only_settings(const Config& running, Config& next) {
+    for (const OptionDef& o : options()) {
+        if (o.reloadable) continue;
+        std::visit(
+            [&](auto member) {
+                if (next.s.*member == running.s.*member) return;
+                log::warn("setting not reloaded: it takes effect at the next restart", {{"key", o.key}});
+                next.s.*member = running.s.*member;
+            },
+            o.field);
+    }
+    next.admin = running.admin;  // derived from health.bind_address and health.port
 }
 
 std::string render_config(const Config& c) {

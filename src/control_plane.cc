@@ -49,8 +49,10 @@ void ControlPlane::start() {
     uv_timer_init(loop(), &trim_timer_);
     trim_timer_.data = this;
     started_ = true;
-    for (size_t i = 0; i < ups_.size(); ++i)
+    for (size_t i = 0; i < ups_.size(); ++i) {
         if (!ups_[i].addr.is_ip) resolve(ups_[i]);
+        else refuse_if_own(ups_[i]);
+    }
     arm_resolve_timer(config());
     // First probes spread over up to a second (kprism restarts on many nodes at once after a
     // rollout); after that every checker drifts on its own jittered period.
@@ -94,6 +96,7 @@ void ControlPlane::checker_closed(HealthChecker* c) {
     if (it == retired_checkers_.end()) return;  // closed by close(): freed with the ControlPlane
     std::swap(*it, retired_checkers_.back());
     retired_checkers_.pop_back();
+    // The first emptying since the last trim starts the timer; a pending one is not re-armed.
     if (retired_checkers_.empty() && started_ && !closed_ &&
         !uv_is_active(reinterpret_cast<uv_handle_t*>(&trim_timer_)))
         uv_timer_start(&trim_timer_, on_trim_timer, kTrimDelayMs, 0);
@@ -403,16 +406,27 @@ void ControlPlane::close_stranded() {
             due.push_back(c);
     });
     if (due.empty()) return;
-    const auto spread = std::max<uint64_t>(static_cast<uint64_t>(config().s.close_spread.count()),
-                                           due.size() * 1000 / kDownClosesPerSecond);
+    // Each close at a random moment within close_spread, but never sooner than kDownCloseGapMs
+    // after the one before it, whichever check scheduled that: one pace across all batches.
+    const uint64_t now = uv_now(loop());
+    const auto spread = static_cast<uint64_t>(config().s.close_spread.count());
+    std::vector<uint64_t> at(due.size());
+    for (auto& a : at) a = now + (spread ? random_below(spread) : 0);
+    std::sort(at.begin(), at.end());
     std::vector<uint32_t> per(ups_.size(), 0);
-    for (Connection* c : due)
-        if (c->close_later_for_down(spread ? random_below(spread) : 0)) ++per[c->upstream()->index];
+    uint64_t last = now;
+    for (size_t i = 0; i < due.size(); ++i) {
+        const uint64_t when = std::max(at[i], next_down_close_ms_);
+        if (!due[i]->close_later_for_down(when - now)) continue;
+        ++per[due[i]->upstream()->index];
+        next_down_close_ms_ = when + kDownCloseGapMs;
+        last = when;
+    }
     for (size_t i = 0; i < ups_.size(); ++i)
         if (per[i] > 0)
             log::info("closing connections of the down upstream",
                       {{"upstream", ups_[i].name}, {"connections", per[i]},
-                       {"spread", format_duration(Duration{static_cast<int64_t>(spread)})}});
+                       {"spread", format_duration(Duration{static_cast<int64_t>(last - now)})}});
 }
 
 void ControlPlane::reconfigure(const Config& next, std::string& summary) {
@@ -463,9 +477,18 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         summary += " endpoint_added=" + u->name;
         log::info("endpoint added", {{"upstream", u->name}});
         if (!u->addr.is_ip) resolve(*u);
+        else refuse_if_own(*u);
         start_checker(*u, random_below(200));
     }
     arm_resolve_timer(next);
+}
+
+void ControlPlane::refuse_if_own(Upstream& u) {
+    if (!u.resolved || !own_listeners().contains(as_sockaddr(u.sa))) return;
+    log::error("endpoint is an address kprism listens on; kprism never connects to itself",
+               {{"upstream", u.name}, {"address", sockaddr_str(u.sa)}});
+    u.resolved = false;
+    u.resolved_to_self = sockaddr_str(u.sa);
 }
 
 // Re-resolution runs only while some endpoint is a hostname, every resolve_interval.
@@ -530,8 +553,7 @@ void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res)
     }
     // The first address that is not one of kprism's own listeners: a name that resolves to
     // kprism itself would nest each client connection into kprism.
-    const std::vector<sockaddr_storage> own = self->own_listeners();
-    const std::vector<sockaddr_storage> local = local_addresses();
+    const OwnListeners& own = self->own_listeners();
     sockaddr_storage ss{};
     bool found = false;
     std::string skipped;
@@ -540,7 +562,7 @@ void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res)
         sockaddr_storage cand{};
         std::memcpy(&cand, ai->ai_addr, ai->ai_addrlen);
         reinterpret_cast<sockaddr_in*>(&cand)->sin_port = htons(u->addr.port);  // same offset for v6
-        if (is_own_listener(as_sockaddr(cand), own, local)) {
+        if (own.contains(as_sockaddr(cand))) {
             skipped += (skipped.empty() ? "" : ",") + sockaddr_str(cand);
             continue;
         }

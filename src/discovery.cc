@@ -127,6 +127,13 @@ bool Discovery::on_data(std::string_view bytes) {
     if (publish_pending_) {  // what the events before any failure below said still counts
         publish_pending_ = false;
         publish();
+        // Publishing may have removed the upstream this request goes to: upstream_down() then
+        // aborted it and armed the next request; nothing of this one is left to judge (a stream
+        // that broke on what it carried is still not watched again from where it broke).
+        if (!req_) {
+            if (!ok) list_next_ = true;
+            return false;
+        }
     }
     if (relist_) {  // an ERROR event with code 410 in the stream
         req_ = nullptr;
@@ -196,6 +203,7 @@ bool Discovery::on_watch_line(std::string_view line) {
         break;
     case WatchEventType::deleted:
         slices_.erase(ev.slice.name);
+        cp_.forget_refused(slices_);
         publish_pending_ = true;
         break;
     }
@@ -246,6 +254,7 @@ void Discovery::on_end(bool clean, const std::string& why) {
             cp_.drop_refused(s.endpoints, "slice", s.name);
             slices_[s.name] = std::move(s.endpoints);
         }
+        cp_.forget_refused(slices_);  // the list names every slice there is
         st_.resource_version = list.resource_version;
         backoff_ms_ = 0;
         forbidden_logged_ = false;

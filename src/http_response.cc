@@ -197,6 +197,9 @@ void HttpResponseParser::parse_head() {
     const bool has_length = content_length_ >= 0;
     const auto length = static_cast<size_t>(content_length_);
     body_cap_ = SIZE_MAX;
+    // "Transfer-Encoding: chunked" alone ends where the last chunk and the trailers do: read to
+    // there, within max_bytes, when the connection is to be reused.
+    const bool chunked_to_end = for_reuse_ && te_headers == 1 && te_chunked;
     if (whole_) {
         if (has_length && head_.size() + length > max_)
             {
@@ -205,12 +208,12 @@ void HttpResponseParser::parse_head() {
         }
     } else if (status_ < 300) {
         // Nothing in a ready body matters; read to its end only to reuse the connection.
-        if (!(for_reuse_ && has_length && head_.size() + length <= max_)) {
+        if (!chunked_to_end && !(for_reuse_ && has_length && head_.size() + length <= max_)) {
             state_ = State::done;
             return;
         }
-        body_cap_ = length;
-    } else {
+        body_cap_ = chunked_to_end ? SIZE_MAX : length;
+    } else if (!chunked_to_end) {
         body_cap_ = has_length ? std::min(length, excerpt_max_) : excerpt_max_;
     }
     phase_ = chunked_ ? (te_headers == 1 && te_chunked ? Phase::chunk_size : Phase::to_close)
@@ -296,8 +299,10 @@ HttpResponseParser::State HttpResponseParser::eof() {
 }
 
 bool HttpResponseParser::reusable() const {
-    return for_reuse_ && state_ == State::done && http11_ && !conn_close_ && !chunked_ && content_length_ >= 0 &&
-           !trailing_ && phase_ == Phase::length && body_.size() == static_cast<size_t>(content_length_);
+    if (!for_reuse_ || state_ != State::done || !http11_ || conn_close_ || trailing_) return false;
+    if (phase_ == Phase::complete) return true;  // reached only through "Transfer-Encoding: chunked" alone
+    return !chunked_ && content_length_ >= 0 && phase_ == Phase::length &&
+           body_.size() == static_cast<size_t>(content_length_);
 }
 
 std::string HttpResponseParser::body_excerpt() const {

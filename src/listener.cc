@@ -102,4 +102,19 @@ void Listener::close() {
     uv_close(reinterpret_cast<uv_handle_t*>(&tcp), nullptr);
 }
 
+bool bound_listener(const uv_tcp_t& tcp, OwnListener& out) {
+    sockaddr_storage ss{};
+    int len = sizeof ss;
+    if (uv_tcp_getsockname(&tcp, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+    out.addr = ss;
+    out.v6_only = false;
+    uv_os_fd_t fd;
+    if (ss.ss_family == AF_INET6 && uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp), &fd) == 0) {
+        int on = 0;
+        socklen_t n = sizeof on;
+        out.v6_only = getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, &n) == 0 && on != 0;
+    }
+    return true;
+}
+
 }  // namespace kprism

@@ -39,25 +39,40 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 }  // namespace
 
-std::vector<sockaddr_storage> ControlPlane::own_listeners() const {
-    std::vector<sockaddr_storage> own = config().listen;
-    own.push_back(config().admin);
-    return own;
-}
+const OwnListeners& ControlPlane::own_listeners() const { return srv_.own_listeners(); }
 
 void ControlPlane::drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name) {
-    const AddressRules rules(config().discovery_allowed, own_listeners());
+    const AddressRules rules(discovery_allowed(config()), own_listeners());
+    const std::string from = fmt::format("{} {}", origin, name);
+    auto it = refused_warned_.find(from);
+    const std::unordered_set<std::string> none;
+    const std::unordered_set<std::string>& before = it == refused_warned_.end() ? none : it->second;
+    std::unordered_set<std::string> now;
     auto refused = [&](const HostPort& hp) {
         sockaddr_storage ss;
         std::string why = ip_to_sockaddr(hp.host, hp.port, ss) ? rules.refuse(as_sockaddr(ss)) : "not an IP address";
         if (why.empty()) return false;
         // A watch sends a slice again on every change: one warning per address it keeps naming.
-        if (refused_warned_.size() >= kMaxRefusedWarned) refused_warned_.clear();
-        if (refused_warned_.insert(fmt::format("{} {} {}", origin, name, hp.str())).second)
-            log::warn("discovery: address refused", {{origin, name}, {"address", hp.str()}, {"reason", why}});
+        std::string addr = hp.str();
+        if (!before.count(addr))
+            log::warn("discovery: address refused", {{origin, name}, {"address", addr}, {"reason", why}});
+        now.insert(std::move(addr));
         return true;
     };
     endpoints.erase(std::remove_if(endpoints.begin(), endpoints.end(), refused), endpoints.end());
+    if (now.empty()) {
+        if (it != refused_warned_.end()) refused_warned_.erase(it);
+    } else if (it != refused_warned_.end()) {
+        it->second = std::move(now);
+    } else {
+        refused_warned_.emplace(from, std::move(now));
+    }
+}
+
+void ControlPlane::forget_refused(const std::map<std::string, std::vector<HostPort>>& slices) {
+    std::erase_if(refused_warned_, [&](const auto& kv) {
+        return kv.first.rfind("slice ", 0) == 0 && !slices.count(kv.first.substr(6));
+    });
 }
 
 const DiscoveryStatus* ControlPlane::discovery() const { return discovery_ ? &discovery_->status() : nullptr; }

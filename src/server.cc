@@ -94,7 +94,19 @@ bool Server::start_admin(std::string& error) {
     log::info("admin endpoint listening", {{"address", admin_->name()}});
     if (std::string err; !runtime::publish_admin_address(admin_->name(), err))
         log::warn("cannot publish the admin address for kprism status and reload", {{"error", err}});
+    note_own_listeners();
     return true;
+}
+
+// The addresses the sockets are bound to, not the configured ones: systemd's sockets, or those a
+// previous process handed over, may be elsewhere.
+void Server::note_own_listeners() {
+    std::vector<OwnListener> own;
+    OwnListener ol;
+    for (const auto& l : listeners_)
+        if (l->open && bound_listener(l->tcp, ol)) own.push_back(ol);
+    if (admin_ && admin_->handle() && bound_listener(*admin_->handle(), ol)) own.push_back(ol);
+    own_ = OwnListeners(std::move(own));
 }
 
 bool Server::start(std::string& error) {

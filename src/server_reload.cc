@@ -63,8 +63,9 @@ void Server::reload() {
         return;
     }
     // From here on nothing can fail: the new configuration is committed.
+    note_own_listeners();  // before the endpoints: a new one may be a listener
     control_.reconfigure(next, summary);
-    keep_restart_only_settings(next);
+    keep_restart_only_settings(cfg_, next);
     policy_ = make_policy(next.policy);
     log::set_level(next.log_level);
     log::set_format(next.log_format);
@@ -129,22 +130,6 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
         copy_for_crash();
     }
     return true;
-}
-
-// Settings that a reload cannot apply (OptionDef::reloadable) keep their running values; a change
-// to one is logged and waits for the next restart.
-void Server::keep_restart_only_settings(Config& next) {
-    for (const OptionDef& o : options()) {
-        if (o.reloadable) continue;
-        std::visit(
-            [&](auto member) {
-                if (next.s.*member == cfg_.s.*member) return;
-                log::warn("setting not reloaded: it takes effect at the next restart", {{"key", o.key}});
-                next.s.*member = cfg_.s.*member;
-            },
-            o.field);
-    }
-    next.admin = cfg_.admin;  // derived from health.bind_address and health.port
 }
 
 }  // namespace kprism

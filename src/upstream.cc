@@ -181,10 +181,7 @@ bool UpstreamPool::note(Upstream& u, CheckResult r, const std::string& error, ui
     u.failing_checks = std::move(failing);
     if (r != CheckResult::ready) u.down_reason = down_reason_of(r, u.failing_checks);
     ++u.checks[static_cast<size_t>(r)];
-    if (r == CheckResult::ready) {
-        u.last_ready_ms = now;
-        u.passed_check = true;
-    }
+    if (r == CheckResult::ready) u.passed_check = true;
     return class_changed;
 }
 

@@ -51,6 +51,8 @@ public:
     // Stops listening and closes every admin connection. Idempotent.
     void close();
     const std::string& name() const { return name_; }
+    // The listening handle, once start() or start_fd() succeeded; else nullptr.
+    const uv_tcp_t* handle() const { return open_ ? &tcp_ : nullptr; }
     size_t connections() const { return live_; }
 
     // The answer to a parsed request.

@@ -117,10 +117,22 @@ struct Config {
     std::vector<Endpoint> endpoints;
     std::vector<sockaddr_storage> listen;     // bind_address x bind_port
     sockaddr_storage admin{};                 // health_bind_address:health_port
-    std::vector<Cidr> discovery_allowed;      // s.discovery_allowed_cidrs
     std::string config_file;                  // empty when none
     std::map<std::string, std::string> origin;  // option key -> "file:line", "flag", or absent (default)
 };
+
+// What the configuration says kprism listens on (bind_address x bind_port, the admin address; a
+// "::" one taken as also accepting IPv4), for validation before anything is bound. The running
+// daemon asks its bound sockets instead (Server::own_listeners): systemd's, or handed over.
+OwnListeners configured_listeners(const Config& c);
+
+// The networks of s.discovery_allowed_cidrs, parsed where they are used so that nothing derived
+// can disagree with the setting in force (validation has parsed each one already).
+std::vector<Cidr> discovery_allowed(const Config& c);
+
+// Reload: the settings a reload cannot apply (OptionDef::reloadable), and the values derived from
+// them, keep those of `running`; a change to one is logged and waits for the next restart.
+void keep_restart_only_settings(const Config& running, Config& next);
 
 // status: ask a running kprism for its upstreams (status_cmd.h); reads health.* only, no validation.
 // reload: make a running kprism re-read its file and report the outcome (reload_cmd.h); the same.

@@ -7,9 +7,11 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -106,14 +108,15 @@ public:
     // the API last spoke, not how long the membership has been stable.
     void discovery_confirmed() { write_snapshot(); }
     static constexpr int64_t kSnapshotRefreshS = 3600;
-    static constexpr size_t kMaxRefusedWarned = 4096;  // refused addresses remembered as warned
-    // The addresses kprism listens on (bind_address x bind_port, the admin address): it never
-    // connects to them.
-    std::vector<sockaddr_storage> own_listeners() const;
+    // The sockets kprism listens on, as bound (Server::own_listeners): it never connects to them.
+    const OwnListeners& own_listeners() const;
     // Drops from `endpoints` every address the rules for discovered addresses refuse
     // (address_rules.h, discovery.allowed_cidrs), with one warning per address and `origin`
-    // ("slice" or "snapshot", `name`) while it keeps being named.
+    // ("slice" or "snapshot", `name`) while it keeps being named: `endpoints` is all that `name`
+    // names now, and an address it no longer names is forgotten (warned again if named again).
     void drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name);
+    // The slices there are now (after a deletion, or a list): what the others named is forgotten.
+    void forget_refused(const std::map<std::string, std::vector<HostPort>>& slices);
     // nullptr when discovery is off.
     const DiscoveryStatus* discovery() const;
     const SnapshotStatus& snapshot() const { return snapshot_; }
@@ -122,8 +125,10 @@ public:
     // May the connections of `u` be closed for being down now (close_on_down, down, not removed,
     // no hold)? Asked again when each close is due.
     bool may_close_for_down(const Upstream& u) const;
-    // Many connections to close for being down go at most this many a second (beyond close_spread).
+    // Closes for being down go at most this many a second, across every check that scheduled
+    // them: beyond close_spread when there are many.
     static constexpr uint64_t kDownClosesPerSecond = 100;
+    static constexpr uint64_t kDownCloseGapMs = 1000 / kDownClosesPerSecond;
     // The upstream side ended an established connection first (FIN or reset before the client's),
     // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
     // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
@@ -164,6 +169,9 @@ private:
     void stop_checker(Upstream& u);
     void reconfigure_endpoints(const Config& next, std::string& summary);
     void resolve(Upstream& u);
+    // A configured IP endpoint that is one of kprism's own sockets (possible when systemd passed
+    // them: validation knows only the configured addresses) is never connected to.
+    void refuse_if_own(Upstream& u);
     void arm_resolve_timer(const Config& cfg);
     static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
     static void on_resolve_timer(uv_timer_t* t);
@@ -178,9 +186,12 @@ private:
     std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
     uv_timer_t resolve_timer_{};
     uv_timer_t hold_timer_{};
-    // After removed upstreams' checkers are freed, the heap they held is handed back to the kernel
-    // (malloc_trim) once things settle: at most once per kTrimDelayMs, so that RSS follows the
-    // live set under membership churn instead of the largest burst's high-water mark.
+    uint64_t next_down_close_ms_ = 0;  // uv_now() before which no further close for being down is scheduled
+    // The heap freed checkers held goes back to the kernel (malloc_trim), so that RSS follows the
+    // live set under membership churn instead of the largest burst's high-water mark: the first
+    // time the retired list becomes empty while no trim is pending starts this one-shot timer, and
+    // the trim runs kTrimDelayMs after that moment (later emptyings do not push it back); so at
+    // most one trim per kTrimDelayMs.
     uv_timer_t trim_timer_{};
     static constexpr uint64_t kTrimDelayMs = 5000;
     static void on_trim_timer(uv_timer_t* t);
@@ -195,7 +206,9 @@ private:
     std::vector<std::string> discovered_;  // the admitted set, canonical "ip:port", sorted
     std::vector<std::string> departing_;   // left the set, waiting for an upstream that stays to be up
     bool empty_warned_ = false;
-    std::unordered_set<std::string> refused_warned_;  // "origin name address" already warned about
+    // "origin name" -> the refused addresses it named last, each warned about once. As many keys
+    // as live slices (bounded by discovery) and the snapshot.
+    std::unordered_map<std::string, std::unordered_set<std::string>> refused_warned_;
     bool limit_warned_ = false;
     std::string ca_sha256_;
     SnapshotStatus snapshot_;

@@ -46,10 +46,12 @@ public:
     // Body::excerpt, what was read).
     std::string body() const;
     const std::string& error() const { return error_; }
-    // The connection can carry another request: an HTTP/1.1 response, done, with a Content-Length
-    // body read exactly to its end (nothing after it), no "Connection: close" and no
-    // Transfer-Encoding; and only with `whole_body_for_reuse`, which makes a 2xx wait for its body
-    // too (else done at its headers).
+    // The connection can carry another request: an HTTP/1.1 response, done, without "Connection:
+    // close", whose body was read exactly to its end (nothing after it): a Content-Length body
+    // without Transfer-Encoding, or a chunked one ("Transfer-Encoding: chunked" alone) to its last
+    // chunk and trailers; and only with `whole_body_for_reuse`, which makes a response wait for
+    // its body (a 2xx, else done at its headers; a chunked one past the excerpt, within
+    // `max_bytes`).
     bool reusable() const;
     size_t buffered() const { return head_.size() + line_.size() + body_.size(); }  // kept, at most max_bytes
     size_t received() const { return received_; }  // bytes taken in so far (any answer, interim ones too)

@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "kprism/address_rules.h"
+
 namespace kprism {
 
 class Server;
@@ -39,5 +41,9 @@ int listen_on_fd(uv_loop_t* loop, uv_tcp_t& tcp, bool& open, void* data, int fd,
 // Is `fd` a listening TCP socket (IPv4 or IPv6)? Then fills `addr` with its local address;
 // otherwise returns false with a message in `error`.
 bool inspect_listen_fd(int fd, sockaddr_storage& addr, std::string& error);
+
+// The address a listening handle is bound to (uv_tcp_getsockname) and whether an IPv6 one takes
+// IPv6 only; false if the socket cannot be asked.
+bool bound_listener(const uv_tcp_t& tcp, OwnListener& out);
 
 }  // namespace kprism

@@ -77,6 +77,10 @@ public:
 
     uv_loop_t* loop() const { return loop_; }
     const Config& config() const { return cfg_; }
+    // The sockets kprism listens on, as bound (the data listeners and the admin socket, systemd's
+    // or handed over included): the addresses it never connects to. Read again from the sockets
+    // after start and after each reload.
+    const OwnListeners& own_listeners() const { return own_; }
     ConnectionPools& pools() { return pools_; }
     ControlPlane& control() { return control_; }
     const ControlPlane& control() const { return control_; }
@@ -194,10 +198,10 @@ private:
     void exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections);
     bool start_listeners(std::string& error);
     bool start_admin(std::string& error);
+    void note_own_listeners();
     void close_all(const char* reason);
     void finish();
     bool apply_listeners(const Config& next, std::string& error, std::string& summary);
-    void keep_restart_only_settings(Config& next);
     static void on_signal(uv_signal_t* s, int signum);
     static void on_drain_timeout(uv_timer_t* t);
     static void on_half_close_sweep(uv_timer_t* t);
@@ -240,6 +244,7 @@ private:
     bool checking_ = false;
     int exit_code_ = 0;
     std::unique_ptr<Admin> admin_;  // the admin HTTP endpoint (admin.h); closed by finish()
+    OwnListeners own_;              // from listeners_ and admin_ by note_own_listeners()
     Heartbeat heartbeat_;
 };
 

@@ -135,7 +135,6 @@ struct Upstream {
     // Why it is out: set by each failed result, kept through the ready ones of its rise.
     DownReason down_reason = DownReason::other;
     uint64_t last_change_ms = 0;
-    uint64_t last_ready_ms = 0;
     // Answered a readiness check "ready" at least once in this process. A discovered or snapshot
     // upstream without it never gets a client connection, not even failing open (policy.cc).
     bool passed_check = false;

@@ -6,18 +6,20 @@ purpose), and requesters that each make a new TLS connection and one GET every 3
 outcome recorded with its start and end time for I6."""
 
 import http.client
+import os
 import ssl
+import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scenarios"))
+import load  # noqa: E402
 
 REQ_PATH = "/api/v1/namespaces/default/configmaps/chaos-target"
 WATCH_PATH = "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=600"
 
 
-def context(pki):
-    ctx = ssl.create_default_context(cafile=pki.ca)
-    ctx.load_cert_chain(f"{pki.d}/adm.crt", f"{pki.d}/adm.key")
-    return ctx
+context = load.tls_context  # the admin client certificate's TLS context (tests/scenarios/load.py)
 
 
 class Traffic:

@@ -19,9 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 sys.path[:0] = [os.path.join(TESTS, "scenarios"), os.path.join(TESTS, "faults")]
 
-from faultlib import cleanup  # noqa: E402
+from faultlib import admin, cleanup  # noqa: E402
 from faultlib.procs import Proc, free_port, wait_until  # noqa: E402
 import cluster as clu  # noqa: E402
+import load  # noqa: E402
 
 GO_ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 C4_FRONT = "127.0.0.14"  # the relay kprism is configured with
@@ -248,27 +249,13 @@ level = "info"
     # ---- kprism
     def admin(self, path, timeout=2.0):
         """(status, body) or (None, error)."""
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", self.aport, timeout=timeout)
-            c.request("GET", path)
-            r = c.getresponse()
-            body = r.read().decode("utf-8", "replace")
-            c.close()
-            return r.status, body
-        except (OSError, http.client.HTTPException) as e:
-            return None, f"{type(e).__name__}: {e}"
+        return admin.get(self.aport, path, timeout)
 
     def admin_ok(self):
         return self.admin("/healthz", 1.0)[0] == 200
 
     def status(self):
-        code, body = self.admin("/status")
-        if code != 200:
-            return None
-        try:
-            return json.loads(body)
-        except ValueError:
-            return None
+        return admin.status(self.aport)
 
     # ---- c4
     def set_c4(self, mode):
@@ -305,10 +292,8 @@ level = "info"
 
     # ---- the API (straight to a stand-in, not through kprism)
     def api(self, s, method, path, body=None, timeout=2.0):
-        import ssl
         if self.ctx is None:
-            self.ctx = ssl.create_default_context(cafile=self.pki.ca)
-            self.ctx.load_cert_chain(f"{self.d}/adm.crt", f"{self.d}/adm.key")
+            self.ctx = load.tls_context(self.pki)
         c = http.client.HTTPSConnection(s.addr, s.port, context=self.ctx, timeout=timeout)
         try:
             c.request(method, path, json.dumps(body) if body is not None else None,

@@ -1031,6 +1031,12 @@ class Run:
             got = get_through(self.pl.ctx, n.port, 6)
             check(all(st == 200 for st, _ in got), f"o: kprism serves as before ({got})")
             check(n.count("discovery: address refused") == 1, "o: still one warning after the watch went on")
+            # Its slice deleted, then created again: the address is named anew, and warned about anew.
+            check(wait_until(lambda: self.pl.delete_slice("kprism-test-self") == 200, 10, 0.2), "o: the slice deleted")
+            self.pl.post_slice("kprism-test-self", "IPv4", ["127.0.0.1"], n.port)
+            again = wait_until(lambda: n.count("discovery: address refused") == 2, 15, 0.1)
+            check(again, "o: named again after its slice was deleted: one more warning",
+                  str(n.count("discovery: address refused")))
             # Without discovery.allowed_cidrs: loopback, link-local and multicast addresses are refused.
             self.pl.post_slice("kprism-test-refused", "IPv4", ["169.254.169.254", "224.0.0.1"], 80)
             plain = Node(self, "o-default", [a1.endpoint], allow_loopback=False)

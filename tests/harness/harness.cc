@@ -404,6 +404,13 @@ std::string body_of(const std::string& reply) {
     return at == std::string::npos ? "" : reply.substr(at + 4);
 }
 
+long rss_kib(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(f, line);)
+        if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+    return -1;
+}
+
 bool still_open(int fd) {
     pollfd p{fd, POLLIN, 0};
     return ::poll(&p, 1, 0) == 0;

@@ -128,6 +128,9 @@ std::string body_of(const std::string& reply);
 // No EOF or error pending on a client socket: its peer (kprism) has not closed it.
 bool still_open(int fd);
 
+// The resident set of process `pid` in KiB (VmRSS in /proc/PID/status); -1 if it cannot be read.
+long rss_kib(pid_t pid);
+
 // Deterministic pseudo-random byte stream for end-to-end checks.
 void fill_pattern(uint64_t seed, uint64_t offset, unsigned char* p, size_t n);
 

@@ -371,6 +371,30 @@ void stranded_on_b(const std::string& b_down, const std::string& b_reason) {
 TEST(ControlPlane, StrandedOnDown503MoveOnceAnotherIsUp) { stranded_on_b(kPlain503, "not_ready: poststarthook/rbac"); }
 TEST(ControlPlane, StrandedOnDownEtcdMoveOnceAnotherIsUp) { stranded_on_b(kEtcdLost, "not_ready: etcd,etcd-readiness"); }
 
+// Two upstreams going down at about the same time are two batches of closes; together they keep
+// the one pace of 100 closes a second (a close at least 10 ms after the one before), not 100 a
+// second each.
+TEST(ControlPlane, ClosesForDownKeepOnePaceAcrossBatches) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b"), c(pki, "c");
+    Kprism k({a.addr(), b.addr(), c.addr()},
+             tls_flags(pki, {"--policy", "least-connections", "--close-spread", "100ms", "--max-connections", "2000"}));
+    for (auto* s : {&a, &b, &c}) ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + s->addr()));
+    std::vector<int> held = hold_clients(k, 240);
+    const long on_a = active_on(k, a.addr()), moving = active_on(k, b.addr()) + active_on(k, c.addr());
+    ASSERT_GE(moving, 150) << on_a;
+    b.set(kPlain503);
+    c.set(kPlain503);
+    ASSERT_TRUE(eventually([&] { return count_open(held) < 240; }, 8000ms)) << k.output();
+    const auto first = Clock::now();
+    ASSERT_TRUE(eventually([&] { return count_open(held) == on_a; }, 10000ms)) << k.output();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - first).count();
+    // At 10 ms apart, the last close comes (moving - 1) x 10 ms after the first, less the poll's slack.
+    EXPECT_GE(took, (moving - 1) * 10 - 150) << moving << " closes\n" << k.output();
+    EXPECT_EQ(k.count_output("msg=\"closing connections of the down upstream\""), 2u) << k.output();
+    for (int fd : held) ::close(fd);
+}
+
 // No etcd quorum anywhere (nothing closed), then one apiserver is ready again while the others
 // stay without etcd: the episode ends and the connections on the still-down ones move.
 TEST(ControlPlane, QuorumBackMovesTheConnectionsOfTheStillDown) {

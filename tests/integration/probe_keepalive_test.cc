@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Keep-alive readiness probes (issue 15) through the real binary against the TLS stand-in: one
+// Keep-alive readiness probes through the real binary against the TLS stand-in: one
 // kept connection carries the probes, a new one is opened every health.new_connection_interval,
 // after the apiserver ends the kept one, and after a certificate rotation; a hung apiserver on the
 // kept connection is down at once, and 0 keeps the old way (a new connection each probe).
@@ -50,6 +50,26 @@ TEST(ProbeKeepalive, ProbesReuseOneConnection) {
     auto p = st.find("\"probe_local_port\":");
     ASSERT_NE(p, std::string::npos) << st;
     EXPECT_TRUE(isdigit(static_cast<unsigned char>(st[p + 19]))) << st;
+}
+
+// A failing /readyz sent chunked, as Go sends one past 2048 bytes, keeps the connection too: an
+// outage costs a request per probe, not a TLS handshake.
+TEST(ProbeKeepalive, ChunkedFailureKeepsTheConnection) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    Kprism k({a.addr()}, flags(pki, {"--health-fall", "1"}));
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr()));
+    std::string body = "[+]ping ok\n[-]etcd failed: reason withheld\n";
+    for (int i = 1; i <= 160; ++i) body += "[+]poststarthook/extra-" + std::to_string(i) + " ok\n";
+    body += "readyz check failed\n";
+    ASSERT_GT(body.size(), 4096u);  // several chunks
+    a.set("body 500 chunked\n" + body);
+    ASSERT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + a.addr(), 5000ms)) << k.output();
+    const size_t n = readyz(a);
+    const long reused = metric(k, "kprism_health_checks_reused_connection_total", a.addr());
+    ASSERT_TRUE(eventually([&] { return readyz(a) >= n + 6; }, 10000ms)) << a.proc->output();
+    EXPECT_EQ(handshakes(a), 1u) << a.proc->output();
+    EXPECT_GE(metric(k, "kprism_health_checks_reused_connection_total", a.addr()), reused + 5);
 }
 
 TEST(ProbeKeepalive, NewConnectionEveryIntervalResumed) {

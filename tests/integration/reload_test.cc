@@ -565,13 +565,6 @@ TEST(ReloadCommand, FindsThePublishedAdminAddress) {
 
 namespace {
 
-long rss_kib(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(f, line);)
-        if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-    return -1;
-}
-
 // A gauge without labels from /metrics; -1 when it is not there.
 long gauge(int admin_port, const std::string& name) {
     std::string m = body_of(http_get(admin_port, "/metrics"));

@@ -399,13 +399,6 @@ TEST(Security, ReloadCannotLeaveLoopback) {
 
 namespace {
 
-long rss_kib(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    for (std::string line; std::getline(f, line);)
-        if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-    return -1;
-}
-
 bool sanitized(pid_t pid) { return read_file("/proc/" + std::to_string(pid) + "/maps").find("libasan") != std::string::npos; }
 
 struct Hostile {

@@ -2,6 +2,7 @@
 // Refused ranges, CIDRs, kprism's own listeners and the discovery admission rules (kprism/address_rules.h).
 #include "kprism/address_rules.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -23,6 +24,8 @@ std::string range(std::string_view ip) {
     return r ? r : "";
 }
 
+OwnListener ol(std::string_view ip, uint16_t port, bool v6_only = false) { return {sa(ip, port), v6_only}; }
+
 Cidr cidr(std::string_view s) {
     Cidr c;
     std::string err;
@@ -33,12 +36,13 @@ Cidr cidr(std::string_view s) {
 TEST(RefusedRange, EachRangeAndItsMappedForm) {
     for (const char* ip : {"127.0.0.1", "127.255.255.254", "::1", "::ffff:127.0.0.1"}) EXPECT_EQ(range(ip), "loopback") << ip;
     for (const char* ip : {"0.0.0.0", "::", "::ffff:0.0.0.0"}) EXPECT_EQ(range(ip), "unspecified") << ip;
+    for (const char* ip : {"0.0.0.1", "0.1.2.3", "0.255.255.255", "::ffff:0.0.0.5"}) EXPECT_EQ(range(ip), "this network") << ip;
     for (const char* ip : {"169.254.169.254", "169.254.0.1", "fe80::1", "febf::1", "::ffff:169.254.169.254"})
         EXPECT_EQ(range(ip), "link-local") << ip;
     for (const char* ip : {"224.0.0.1", "239.255.255.255", "ff02::1", "ff00::", "::ffff:224.0.0.1"})
         EXPECT_EQ(range(ip), "multicast") << ip;
     for (const char* ip : {"255.255.255.255", "::ffff:255.255.255.255"}) EXPECT_EQ(range(ip), "broadcast") << ip;
-    for (const char* ip : {"10.0.0.1", "192.168.1.1", "126.255.255.255", "128.0.0.1", "169.253.1.1", "223.255.255.255",
+    for (const char* ip : {"1.0.0.0", "10.0.0.1", "192.168.1.1", "126.255.255.255", "128.0.0.1", "169.253.1.1", "223.255.255.255",
                            "240.0.0.1", "255.255.255.254", "fd00::1", "2001:db8::1", "fec0::1", "::2", "::ffff:10.0.0.1"})
         EXPECT_EQ(range(ip), "") << ip;
 }
@@ -70,7 +74,7 @@ TEST(Cidr, ParseAndContain) {
 }
 
 TEST(OwnListener, ExactWildcardAndMappedForms) {
-    std::vector<sockaddr_storage> ls{sa("127.0.0.1", 7445), sa("127.0.0.1", 7446)};
+    std::vector<OwnListener> ls{ol("127.0.0.1", 7445), ol("127.0.0.1", 7446)};
     std::vector<sockaddr_storage> local{sa("10.0.0.5", 0), sa("fd00::5", 0)};
     auto own = [&](std::string_view ip, uint16_t port) {
         sockaddr_storage t = sa(ip, port);
@@ -83,21 +87,51 @@ TEST(OwnListener, ExactWildcardAndMappedForms) {
     EXPECT_FALSE(own("127.0.0.2", 7445));  // another address, nobody listens there
     EXPECT_FALSE(own("10.0.0.5", 7445));
 
-    ls = {sa("0.0.0.0", 7445)};
+    ls = {ol("0.0.0.0", 7445)};
     EXPECT_TRUE(own("10.0.0.5", 7445));  // a local address
     EXPECT_TRUE(own("127.0.0.9", 7445));
     EXPECT_TRUE(own("0.0.0.0", 7445));
     EXPECT_FALSE(own("10.0.0.6", 7445));  // not this host
     EXPECT_FALSE(own("10.0.0.5", 6443));
-    ls = {sa("::", 7445)};
+    // A 0.0.0.0 socket accepts no IPv6 connection: an IPv6 target is someone else.
+    EXPECT_FALSE(own("::1", 7445));
+    EXPECT_FALSE(own("::", 7445));
+    EXPECT_FALSE(own("fd00::5", 7445));
+    EXPECT_TRUE(own("::ffff:10.0.0.5", 7445));  // IPv4, mapped
+    ls = {ol("::", 7445)};  // dual-stack: IPv6 and IPv4
     EXPECT_TRUE(own("fd00::5", 7445));
     EXPECT_TRUE(own("::1", 7445));
     EXPECT_TRUE(own("::ffff:10.0.0.5", 7445));
+    EXPECT_TRUE(own("10.0.0.5", 7445));
+    EXPECT_TRUE(own("127.0.0.1", 7445));
     EXPECT_FALSE(own("fd00::6", 7445));
+    ls = {ol("::", 7445, true)};  // IPV6_V6ONLY: no IPv4
+    EXPECT_TRUE(own("fd00::5", 7445));
+    EXPECT_TRUE(own("::1", 7445));
+    EXPECT_FALSE(own("10.0.0.5", 7445));
+    EXPECT_FALSE(own("127.0.0.1", 7445));
+    EXPECT_FALSE(own("::ffff:127.0.0.1", 7445));
+}
+
+TEST(OwnListeners, WildcardUsesTheHostsAddresses) {
+    const OwnListeners own({ol("0.0.0.0", 7445), ol("127.0.0.1", 7446)});
+    sockaddr_storage exact = sa("127.0.0.1", 7446), loop = sa("127.0.0.7", 7445), v6 = sa("::1", 7445);
+    EXPECT_TRUE(own.contains(as_sockaddr(exact)));
+    EXPECT_TRUE(own.contains(as_sockaddr(loop)));
+    EXPECT_FALSE(own.contains(as_sockaddr(v6)));
+    // Whatever interface address this host has is one of its own on the wildcard's port.
+    for (const auto& a : local_addresses()) {
+        sockaddr_storage t = a;
+        reinterpret_cast<sockaddr_in*>(&t)->sin_port = htons(7445);  // same offset for IPv6
+        if (t.ss_family == AF_INET) {
+            EXPECT_TRUE(own.contains(as_sockaddr(t))) << sockaddr_str(t);
+        }
+    }
 }
 
 TEST(AddressRules, DefaultRefusesTheRangesAndListeners) {
-    AddressRules rules({}, {sa("127.0.0.1", 7445), sa("127.0.0.1", 7446)});
+    const OwnListeners own({ol("127.0.0.1", 7445), ol("127.0.0.1", 7446)});
+    AddressRules rules({}, own);
     auto refuse = [&](std::string_view ip, uint16_t port = 6443) {
         sockaddr_storage t = sa(ip, port);
         return rules.refuse(as_sockaddr(t));
@@ -107,11 +141,13 @@ TEST(AddressRules, DefaultRefusesTheRangesAndListeners) {
     EXPECT_EQ(refuse("127.0.0.1"), "loopback address");
     EXPECT_EQ(refuse("169.254.169.254", 80), "link-local address");
     EXPECT_EQ(refuse("::"), "unspecified address");
+    EXPECT_EQ(refuse("0.10.0.1"), "this network address");
     EXPECT_EQ(refuse("127.0.0.1", 7445), "kprism listens there");
 }
 
 TEST(AddressRules, AllowListAdmitsOnlyItsCidrsNeverAListener) {
-    AddressRules rules({cidr("127.0.0.0/8"), cidr("fd00::/8")}, {sa("127.0.0.1", 7445), sa("0.0.0.0", 7446)});
+    const OwnListeners own({ol("127.0.0.1", 7445), ol("0.0.0.0", 7446)});
+    AddressRules rules({cidr("127.0.0.0/8"), cidr("fd00::/8")}, own);
     auto refuse = [&](std::string_view ip, uint16_t port = 6443) {
         sockaddr_storage t = sa(ip, port);
         return rules.refuse(as_sockaddr(t));

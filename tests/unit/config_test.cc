@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "kprism/address.h"
+#include "kprism/address_rules.h"
+
 namespace kprism {
 namespace {
 
@@ -468,14 +471,32 @@ TEST(Config, EndpointThatIsAListenerIsRefused) {
 
 TEST(Config, DiscoveryAllowedCidrs) {
     Config c = load_ok(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"127.0.0.0/8\", \"fd00::/8\"]\n");
-    ASSERT_EQ(c.discovery_allowed.size(), 2u);
-    EXPECT_EQ(c.discovery_allowed[0].str(), "127.0.0.0/8");
-    EXPECT_EQ(c.discovery_allowed[1].str(), "fd00::/8");
-    EXPECT_EQ(load_ok(kEp, {"--discovery-allowed-cidrs=10.0.0.0/8,192.168.0.0/16"}).discovery_allowed.size(), 2u);
-    EXPECT_TRUE(load_ok(kEp).discovery_allowed.empty());
+    ASSERT_EQ(discovery_allowed(c).size(), 2u);
+    EXPECT_EQ(discovery_allowed(c)[0].str(), "127.0.0.0/8");
+    EXPECT_EQ(discovery_allowed(c)[1].str(), "fd00::/8");
+    EXPECT_EQ(discovery_allowed(load_ok(kEp, {"--discovery-allowed-cidrs=10.0.0.0/8,192.168.0.0/16"})).size(), 2u);
+    EXPECT_TRUE(discovery_allowed(load_ok(kEp)).empty());
     EXPECT_ERROR(load_bad(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"10.0.0.1\"]\n"),
                  "discovery.allowed_cidrs: '10.0.0.1' is not a CIDR");
     EXPECT_ERROR(load_bad(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"10.0.0.0/40\"]\n"), "prefix longer than 32");
+}
+
+// discovery.allowed_cidrs is restart-only: a reload that changes it leaves admission as it was,
+// the networks included (not only the setting's text).
+TEST(Config, ReloadKeepsDiscoveryAllowedCidrs) {
+    const Config running = load_ok(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"127.0.0.0/8\"]\n");
+    Config next = load_ok(std::string(kEp) + "[discovery]\nallowed_cidrs = [\"10.0.0.0/8\", \"fd00::/8\"]\n");
+    keep_restart_only_settings(running, next);
+    const std::vector<Cidr> allowed = discovery_allowed(next);
+    ASSERT_EQ(allowed.size(), 1u);
+    EXPECT_EQ(allowed[0].str(), "127.0.0.0/8");
+    sockaddr_storage ten{}, loop{};
+    ASSERT_TRUE(ip_to_sockaddr("10.1.2.3", 6443, ten));
+    ASSERT_TRUE(ip_to_sockaddr("127.0.0.9", 6443, loop));
+    const OwnListeners none;
+    const AddressRules rules(allowed, none);
+    EXPECT_EQ(rules.refuse(as_sockaddr(ten)), "in no CIDR of discovery.allowed_cidrs");
+    EXPECT_EQ(rules.refuse(as_sockaddr(loop)), "");
 }
 
 // Endpoint lists hold at most kMaxUpstreams (64): pick_upstream only looks at the first 64 and

@@ -141,8 +141,8 @@ TEST(HttpResponse, WholeBodyIsBounded) {
     EXPECT_EQ(g.error(), "not an HTTP response");
 }
 
-// Keep-alive probes (issue 15): a connection is reused only after a response that ends exactly
-// where its Content-Length says, on HTTP/1.1, without "Connection: close" or Transfer-Encoding.
+// Keep-alive probes: a connection is reused only after a response that ends exactly
+// where its Content-Length (or its last chunk) says, on HTTP/1.1, without "Connection: close".
 TEST(HttpResponse, ReusableOnlyAfterAnExactlyDelimitedResponse) {
     auto parse = [](std::string_view r, size_t step = 1) {
         HttpResponseParser p(16384, 8192, HttpResponseParser::Body::excerpt, true);
@@ -166,7 +166,12 @@ TEST(HttpResponse, ReusableOnlyAfterAnExactlyDelimitedResponse) {
     EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok").reusable());
     EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nconnection: Close\r\nContent-Length: 2\r\n\r\nok").reusable());
     EXPECT_FALSE(parse("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok").reusable());
-    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n").reusable());
+    EXPECT_TRUE(parse("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n").reusable());
+    // Chunked, but not alone, or with bytes after the last chunk: read to the close, or not ours.
+    EXPECT_FALSE(parse("HTTP/1.1 500 X\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n").reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\nHTTP", 1000)
+                     .reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 500 X\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").reusable());
     EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\n\r\nok").reusable());  // no length: ends at the peer's close
     EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n", 1000).reusable());
     // A body past the excerpt is not read to its end: not reusable.
@@ -215,8 +220,22 @@ TEST(HttpResponse, ChunkedFailureIsDecodedAndDoneAtTheLastChunk) {
         EXPECT_EQ(p.status(), 500);
         EXPECT_EQ(p.body(), body) << step;
         EXPECT_EQ(p.received(), r.size());
-        EXPECT_FALSE(p.reusable());
+        EXPECT_TRUE(p.reusable()) << step;  // Go's failing /readyz: the probe connection stays
         EXPECT_EQ(kprism::parse_readyz_body(p.body()).str(), "etcd");
+    }
+    // Past the excerpt, a chunked failure is still read to its last chunk when the connection is to
+    // be reused (the excerpt is what is kept without reuse), with trailers too.
+    std::string big = readyz_failure(400);
+    ASSERT_GT(big.size(), 8192u);
+    std::string r2 = kChunkedHead + chunked(big, 4000, "0\r\nX-Trailer: one\r\n\r\n");
+    for (size_t step : {size_t{1}, size_t{999}, r2.size()}) {
+        HttpResponseParser p(65536, 8192, HttpResponseParser::Body::excerpt, true);
+        EXPECT_EQ(feed_all(p, r2, step), State::done);
+        EXPECT_TRUE(p.reusable()) << step;
+        HttpResponseParser small(8192, 1024, HttpResponseParser::Body::excerpt, true);
+        EXPECT_EQ(feed_all(small, r2, step), State::done);  // larger than max_bytes: the excerpt, no reuse
+        EXPECT_FALSE(small.reusable()) << step;
+        EXPECT_LE(small.buffered(), 8192u);
     }
 }
 
