@@ -188,6 +188,7 @@ class Checker:
         self.seen = set()  # every upstream address /status has listed
         self.prev_conn_total = {}
         self.prev_none_up = False
+        self.prev_bootstrap = False
         self.none_up_times = []  # sample times at which no upstream was up
         self.up2 = {}  # I2 per upstream: {"since", "unauth", "quorum", "reported"}
         self.sock_age = {}  # (lport, remote) -> first seen
@@ -331,6 +332,10 @@ class Checker:
         self.samples["I1"] += 1
         bootstrap = (st.get("credentials") or {}).get("subject") is None
         fail_open = none_up or self.prev_none_up
+        # A connection first seen while failing open or in bootstrap (or a sample after) may have
+        # been made then, as kprism(8) allows: it is not judged for the rest of its life.
+        allowed_now = fail_open or bootstrap or self.prev_bootstrap
+        self.prev_bootstrap = bootstrap
         total = metric_by_upstream(ms, "kprism_upstream_connections_total")
         for a, n in total.items():
             prev = self.prev_conn_total.get(a)
@@ -354,12 +359,12 @@ class Checker:
             remote = f"{rip}:{rport}"
             key = (lport, remote)
             now_keys.add(key)
-            first = self.sock_age.setdefault(key, t)
+            first, allowed = self.sock_age.setdefault(key, (t, allowed_now))
             if remote not in self.seen and rport not in listen_ports:
                 self.violate("I1", f"kprism holds a {state} connection to {remote}, which /status never "
                                    f"listed as an upstream", key=("I1-unlisted", remote))
             if (remote in ups and remote not in self.passed and lport not in probe_ports
-                    and t - first > self.b["probe"] and state == "ESTABLISHED" and not fail_open and not bootstrap):
+                    and t - first > self.b["probe"] and state == "ESTABLISHED" and not allowed):
                 self.violate("I1", f"kprism holds a connection (local port {lport}, {t - first:.1f}s old) to "
                                    f"{remote}, which has never passed a check and is not failing open; "
                                    f"{self.ev.recent(t, 5)}", key=("I1-sock", remote))
@@ -373,16 +378,18 @@ class Checker:
         cond = st.get("condition")
         hold = creds == "rejected" or cond == "no-etcd-quorum"
         for a, u in ups.items():
-            s = self.up2.setdefault(a, {"since": None, "unauth": False, "quorum": False, "reported": False})
+            s = self.up2.setdefault(a, {"since": None, "unauth": False, "reported": False})
             if u.get("state") != "down":
-                s.update(since=None, unauth=False, quorum=False, reported=False)
+                s.update(since=None, unauth=False, reported=False)
                 continue
-            if u.get("down_reason") == "unauthorized" or u.get("last_result") == "unauthorized":
-                s["unauth"] = True  # documented: keeps its connections for this down episode
-            if cond == "no-etcd-quorum":
-                s["quorum"] = True  # documented: after the episode they move at the pace of rebalancing
+            # documented: down for rejecting kprism's certificate keeps its connections until up, or
+            # until a failed check gives another reason
+            s["unauth"] = u.get("down_reason") == "unauthorized"
             others_up = any(v.get("state") == "up" for b, v in ups.items() if b != a)
-            if not others_up or hold or s["unauth"] or s["quorum"]:
+            # Documented holds: none other up, no etcd quorum, credentials rejected by every
+            # apiserver, and this one down for rejecting kprism's certificate; each ends with its
+            # condition, and the connections then move within the bound.
+            if not others_up or hold or s["unauth"]:
                 s["since"] = None
                 continue
             if s["since"] is None:
