@@ -334,8 +334,10 @@ class Checker:
         fail_open = none_up or self.prev_none_up
         # A connection first seen while failing open or in bootstrap (or a sample after) may have
         # been made then, as kprism(8) allows: it is not judged for the rest of its life.
-        allowed_now = fail_open or bootstrap or self.prev_bootstrap
-        self.prev_bootstrap = bootstrap
+        # A certificate every apiserver rejects fails open too (kprism(8), Rejected client certificate).
+        rejected = (st.get("credentials") or {}).get("state") == "rejected"
+        allowed_now = fail_open or bootstrap or rejected or self.prev_bootstrap
+        self.prev_bootstrap = bootstrap or rejected
         total = metric_by_upstream(ms, "kprism_upstream_connections_total")
         for a, n in total.items():
             prev = self.prev_conn_total.get(a)
