@@ -13,10 +13,11 @@ BIN=${KPRISM_STATIC_BIN:-$PWD/build/static/kprism}
 STANDIN=${KPRISM_STANDIN:-$PWD/build/kprism-standin}
 IT=${KPRISM_IT:-$PWD/build/tests/integration}
 # Left out, because the static build refuses hostnames: Upstream.UnresolvableHostnameIsAWarningNotFatal,
-# Lifecycle.BadConfigurationsExitOneWithMessage and Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond.
+# Lifecycle.BadConfigurationsExitOneWithMessage, Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond and
+# Notify.SocketActivationPassedAddressIsNeverUsedByName.
 # The static build is the one without libsystemd: every notify, socket activation, lifecycle and
 # restart handover and crash copy test runs against it (its hand-built sd_notify protocol).
-FILTER='Splice.*:Upstream.RefusedIsRetriedOnAnother:Health.EveryResultClass:Health.SessionsAreResumed:Notify.*:Lifecycle.*:Handover.*:CrashCopy.*-Lifecycle.BadConfigurationsExitOneWithMessage:Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond'
+FILTER='Splice.*:Upstream.RefusedIsRetriedOnAnother:Health.EveryResultClass:Health.SessionsAreResumed:Notify.*:Lifecycle.*:Handover.*:CrashCopy.*-Lifecycle.BadConfigurationsExitOneWithMessage:Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond:Notify.SocketActivationPassedAddressIsNeverUsedByName'
 HOSTNAME_ERR="endpoints: 'api.example:6443' is a hostname; this static build cannot resolve names - use IP addresses (or the dynamic build)"
 
 passed=0; failed=0
