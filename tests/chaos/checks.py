@@ -320,7 +320,15 @@ class Checker:
             if code2 == 200 and ms2 <= HEALTHZ_MS:
                 self.notes["healthz_slow_once"] += 1
                 return
-            self._i5_bad(t, f"/healthz slow twice: {ms:.0f} ms then {ms2:.0f} ms ({code2} {body2[:80]!r})")
+            # The same request to a process that does nothing else: slow too, the machine is loaded
+            # (2 shared cores), not kprism's loop; counted, not a violation.
+            control = self.w.control_get(1.0)
+            if code2 == 200 and (control is None or control > HEALTHZ_MS / 2):
+                self.notes["healthz_slow_machine"] = self.notes.get("healthz_slow_machine", 0) + 1
+                return
+            self._i5_bad(t, f"/healthz slow twice: {ms:.0f} ms then {ms2:.0f} ms ({code2} {body2[:80]!r}), while "
+                            f"the same request to an idle control process took "
+                            f"{'no answer' if control is None else f'{control:.0f} ms'}")
             return
         self._i5_bad(t, f"/healthz did not answer 200 within {HEALTHZ_MS} ms: {code} {body[:120]!r} "
                            f"after {ms:.0f} ms; {self.ev.recent(t, 5)}")

@@ -162,6 +162,14 @@ class World:
         argv = [kprism_bin, "--config", self.cfg]
         if self.cidr_flag:
             argv += [self.cidr_flag, "127.0.0.0/8"]
+        # A process that only answers GET /: when /healthz is slow, the same request to it tells a
+        # loaded machine (both slow) from kprism's own loop (I5).
+        self.control_port = free_port()
+        os.mkdir(os.path.join(d, "control"))
+        self.control = Proc([sys.executable, "-m", "http.server", str(self.control_port), "--bind", "127.0.0.1",
+                             "--directory", os.path.join(d, "control")], None, name="control")
+        if not wait_until(lambda: self.control_get(1.0) is not None, 10, 0.05):
+            raise RuntimeError("the control server did not start")
         self.klog = os.path.join(d, "kprism.log")
         self.kp = Proc(argv, self.klog, name="kprism")
         if not wait_until(lambda: self.admin_ok() or not self.kp.running(), 10, 0.05) or not self.kp.running():
@@ -247,6 +255,18 @@ level = "info"
         self.configured = list(endpoints)
 
     # ---- kprism
+    def control_get(self, timeout):
+        """Milliseconds a GET / to the control server took, or None without an answer."""
+        t = time.monotonic()
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.control_port, timeout=timeout)
+            c.request("GET", "/")
+            c.getresponse().read()
+            c.close()
+        except OSError:
+            return None
+        return (time.monotonic() - t) * 1000
+
     def admin(self, path, timeout=2.0):
         """(status, body) or (None, error)."""
         return admin.get(self.aport, path, timeout)
@@ -332,4 +352,5 @@ level = "info"
         self.c4.kill()
         self.c5.kill()
         self.relay.kill()
+        self.control.kill()
         cleanup.undo(self.store_token)
