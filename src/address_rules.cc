@@ -147,6 +147,12 @@ bool is_own_listener(const sockaddr* target, const std::vector<OwnListener>& lis
                      const std::vector<sockaddr_storage>& local) {
     Bytes t = bytes_of(target);
     if (t.family == 0) return false;
+    // connect() to the unspecified address goes to loopback (Linux: 0.0.0.0 to 127.0.0.1, :: to ::1),
+    // so it reaches a listener bound there.
+    if (all_zero(t)) {
+        if (t.family == AF_INET) t.b[0] = 127;
+        t.b[width(t.family) - 1] = 1;
+    }
     for (const auto& ol : listeners) {
         Bytes l = bytes_of(as_sockaddr(ol.addr));
         if (l.family == 0 || l.port != t.port) continue;

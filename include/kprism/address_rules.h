@@ -41,7 +41,8 @@ struct OwnListener {
 // Is `target` (address and port) one kprism listens on? A listener on a wildcard address
 // (0.0.0.0, ::) matches its port on any local address of a family it accepts: loopback, the
 // wildcard itself, or one of `local` (the host's interface addresses; ports ignored).
-// IPv4-mapped forms count as their IPv4 address.
+// IPv4-mapped forms count as their IPv4 address. An unspecified target (0.0.0.0, ::) is the
+// loopback address a connect() to it reaches (127.0.0.1, ::1).
 bool is_own_listener(const sockaddr* target, const std::vector<OwnListener>& listeners,
                      const std::vector<sockaddr_storage>& local);
 

@@ -113,6 +113,24 @@ TEST(OwnListener, ExactWildcardAndMappedForms) {
     EXPECT_FALSE(own("::ffff:127.0.0.1", 7445));
 }
 
+// A connect() to the unspecified address goes to loopback (Linux routes 0.0.0.0 to 127.0.0.1 and
+// :: to ::1): it reaches a listener bound to 127.0.0.1 or ::1 on its port.
+TEST(OwnListener, UnspecifiedTargetReachesTheLoopbackListener) {
+    std::vector<OwnListener> ls{ol("127.0.0.1", 7445), ol("::1", 7446)};
+    auto own = [&](std::string_view ip, uint16_t port) {
+        sockaddr_storage t = sa(ip, port);
+        return is_own_listener(as_sockaddr(t), ls, {});
+    };
+    EXPECT_TRUE(own("0.0.0.0", 7445));
+    EXPECT_TRUE(own("::ffff:0.0.0.0", 7445));
+    EXPECT_TRUE(own("::", 7446));
+    EXPECT_FALSE(own("0.0.0.0", 6443));  // another port
+    EXPECT_FALSE(own("::", 7445));       // :: goes to ::1, and nobody listens on [::1]:7445
+    EXPECT_FALSE(own("0.0.0.0", 7446));  // 0.0.0.0 goes to 127.0.0.1, not ::1
+    ls = {ol("127.0.0.2", 7445)};  // another loopback address: 0.0.0.0 goes to 127.0.0.1 only
+    EXPECT_FALSE(own("0.0.0.0", 7445));
+}
+
 TEST(OwnListeners, WildcardUsesTheHostsAddresses) {
     const OwnListeners own({ol("0.0.0.0", 7445), ol("127.0.0.1", 7446)});
     sockaddr_storage exact = sa("127.0.0.1", 7446), loop = sa("127.0.0.7", 7445), v6 = sa("::1", 7445);

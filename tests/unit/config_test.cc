@@ -464,6 +464,9 @@ TEST(Config, EndpointThatIsAListenerIsRefused) {
                  "'127.0.0.5:7445' is an address kprism itself listens on");
     EXPECT_ERROR(load_bad("endpoints = [\"[::1]:7445\"]\nbind_address = [\"::\"]\nallow_non_loopback = true\n"),
                  "kprism itself listens on");
+    // The unspecified address connects to loopback: 0.0.0.0:7445 is the default listener.
+    EXPECT_ERROR(load_bad("endpoints = [\"0.0.0.0:7445\"]\n"), "'0.0.0.0:7445' is an address kprism itself listens on");
+    EXPECT_ERROR(load_bad("endpoints = [\"[::ffff:0.0.0.0]:7446\"]\n"), "kprism itself listens on");
     // Another port, or another loopback address than the one bound: not kprism.
     load_ok("endpoints = [\"127.0.0.1:6443\"]\n");
     load_ok("endpoints = [\"127.0.0.2:7445\"]\n");
