@@ -3,6 +3,7 @@
 #include "kprism/server.h"
 
 #include <dirent.h>
+#include <signal.h>
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -40,6 +41,16 @@ int open_fds() {
 
 // The signals the daemon handles, in the order of signals_.
 constexpr int kSignals[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGUSR2};
+
+// A restart in place blocks these before its exec: the signal mask, and signals that arrive
+// meanwhile, survive execve, and the new image would otherwise die of a SIGHUP (a reload) sent
+// before it has its handlers. start() unblocks them once it has; what arrived is handled then.
+void Server::block_signals(bool block) {
+    sigset_t set;
+    sigemptyset(&set);
+    for (int sig : kSignals) sigaddset(&set, sig);
+    sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
+}
 
 Server::Server(uv_loop_t* loop, Config cfg, Loader loader)
     : loop_(loop),
@@ -119,6 +130,7 @@ bool Server::start(std::string& error) {
         signals_[i].data = this;
         uv_signal_start(&signals_[i], on_signal, kSignals[i]);
     }
+    block_signals(false);  // blocked across a restart in place's exec
     uv_timer_init(loop_, &drain_timer_);
     drain_timer_.data = this;
     uv_timer_init(loop_, &half_close_timer_);

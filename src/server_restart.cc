@@ -116,7 +116,9 @@ void Server::exec_in_place(const std::vector<int>& listeners, int carrier, int r
               {{"executable", exe_}, {"connections", static_cast<uint64_t>(connections)},
                {"descriptors", static_cast<int64_t>(n)}});
     for (int i = 0; i < n; ++i) ::dup2(high[static_cast<size_t>(i)], 3 + i);  // the copy is not close-on-exec
+    block_signals(true);  // until the new image has its handlers: a reload sent meanwhile waits for it
     ::execve(exe_.c_str(), argp.data(), envp.data());
+    block_signals(false);
     log::error("restart in place failed: exec; exiting so that the supervisor starts kprism again",
                {{"executable", exe_}, {"error", std::strerror(errno)}});
     _exit(1);

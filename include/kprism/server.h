@@ -203,6 +203,8 @@ private:
     void finish();
     bool apply_listeners(const Config& next, std::string& error, std::string& summary);
     static void on_signal(uv_signal_t* s, int signum);
+    // Blocks (or unblocks) the signals in kSignals (server.cc) for the process.
+    static void block_signals(bool block);
     static void on_drain_timeout(uv_timer_t* t);
     static void on_half_close_sweep(uv_timer_t* t);
     bool adopt_passed_sockets(std::string& error);

@@ -510,6 +510,42 @@ TEST(RestartInPlace, ConnectionsSurviveWithEveryByte) {
     EXPECT_EQ(k->wait(10000ms), 0) << k->output();
 }
 
+// A reload (SIGHUP) sent while a restart in place executes the new kprism waits for the new image
+// instead of killing it before it has its handlers: SIGHUP every 2 ms from the SIGUSR2 until the
+// connection is resumed, and kprism goes on, serves, and reloads.
+TEST(RestartInPlace, SignalsDuringTheExecWaitForTheNewImage) {
+    TcpServer up(TcpServer::echo);
+    OwnBinary bin;
+    const int port = free_port();
+    auto k = start_own(bin, up, port);
+    Client c(port);
+    ASSERT_TRUE(c.echo("before"));
+    std::atomic<bool> stop{false};
+    std::thread hup([&] {
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (!stop && std::chrono::steady_clock::now() < until && k->running()) {
+            ::kill(k->pid(), SIGHUP);
+            std::this_thread::sleep_for(2ms);
+        }
+    });
+    k->signal(SIGUSR2);
+    const bool resumed = k->wait_output("resumed=1 closed_unmatched=0", 10000ms);
+    stop = true;
+    hup.join();
+    ASSERT_TRUE(resumed) << k->output();
+    EXPECT_TRUE(k->running()) << k->output();
+    EXPECT_TRUE(c.echo("after the restart, with reloads all along")) << k->output();
+    const std::string out = k->output();
+    const size_t exec_at = out.find("msg=\"restarting in place: executing the new kprism\"");
+    ASSERT_NE(exec_at, std::string::npos) << out;
+    EXPECT_NE(out.find("msg=\"reloading configuration\"", exec_at), std::string::npos)
+        << "the new image handles the reloads sent to it: " << out;
+    k->signal(SIGTERM);
+    ::close(c.fd);
+    c.fd = -1;
+    EXPECT_EQ(k->wait(10000ms), 0) << k->output();
+}
+
 // The executable on disk is checked first: one that rejects the configuration (here a broken
 // "upgrade") leaves kprism running untouched; a good one is used, as a package upgrade's would be.
 TEST(RestartInPlace, TheNewExecutableIsCheckedFirst) {
