@@ -64,11 +64,11 @@ bool in_refused_range(const unsigned char* b, bool v6) {
 
 // The address rules on one endpoint, as membership applies them to slices and snapshots.
 void check_rules(const HostPort& hp) {
-    static const std::vector<sockaddr_storage> listeners = [] {
-        std::vector<sockaddr_storage> v(2);
-        kprism::ip_to_sockaddr("127.0.0.1", 7445, v[0]);
-        kprism::ip_to_sockaddr("10.1.2.3", 6443, v[1]);
-        return v;
+    static const kprism::OwnListeners listeners = [] {
+        std::vector<kprism::OwnListener> v(2);
+        kprism::ip_to_sockaddr("127.0.0.1", 7445, v[0].addr);
+        kprism::ip_to_sockaddr("10.1.2.3", 6443, v[1].addr);
+        return kprism::OwnListeners(std::move(v));
     }();
     static const kprism::AddressRules defaults({}, listeners);
     static const kprism::AddressRules allow10 = [] {
