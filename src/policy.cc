@@ -105,19 +105,25 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
     Upstream* down[kMaxUpstreams];
     size_t n_up = 0, n_zone = 0, n_unknown = 0, n_down = 0;
     Upstream* backoff = nullptr;
-    bool zone_up = false;
+    bool zone_up = false, any_up = false;
     for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
         Upstream& u = pool[i];
         bool is_zone = !pool.node_zone.empty() && u.zone == pool.node_zone;
         if (is_zone && u.available(now)) zone_up = true;
+        any_up = any_up || u.available(now);
+    }
+    for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
+        Upstream& u = pool[i];
+        bool is_zone = !pool.node_zone.empty() && u.zone == pool.node_zone;
         if ((tried >> i) & 1 || !u.resolved || u.removed) continue;
         if (u.available(now)) {
             up[n_up++] = &u;
             if (is_zone) in_zone[n_zone++] = &u;
-        } else if (u.source != Source::configured && !u.passed_check) {
-            // Discovered (or read from the snapshot) and never ready since kprism started: not
-            // even fail-open or a TLS bootstrap sends there (an address the slices list is not
-            // yet known to be an apiserver of this cluster).
+        } else if (!u.passed_check && (u.source != Source::configured || any_up)) {
+            // Never ready since kprism started. Discovered (or read from the snapshot): not even
+            // fail-open or a TLS bootstrap sends there (an address the slices list is not yet
+            // known to be an apiserver of this cluster). Configured: only while no upstream is up
+            // (failing open, bootstrap); a retry after every up one refused is not failing open.
             continue;
         } else if (u.in_backoff(now)) {
             if (!backoff || u.retry_at_ms < backoff->retry_at_ms) backoff = &u;

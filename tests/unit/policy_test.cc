@@ -221,6 +221,24 @@ TEST_F(PickTest, UpBeatsAnyFallback) {
     for (int i = 0; i < 20; ++i) EXPECT_EQ(pick_upstream(pool, *random, 0, kNow), &pool[2]);
 }
 
+// A retry after every up upstream refused the connection is not failing open: it may go to a
+// down upstream that passed a check before, never to a configured one that has not (rule 1 of
+// kprism(8)). Once none is up, that one is a fallback again.
+TEST_F(PickTest, RetryPastTheUpOnesNeverSendsToAnUncheckedConfiguredUpstream) {
+    pool[0].health = Health::up;
+    pool[1].health = Health::unknown;  // added by a reload, not checked yet
+    pool[2].health = Health::down;
+    pool[2].passed_check = true;  // ready once, down now
+    EXPECT_EQ(pick_upstream(pool, *random, 0b001, kNow, true), &pool[2]);
+    pool[2].passed_check = false;
+    EXPECT_EQ(pick_upstream(pool, *random, 0b001, kNow, true), nullptr);
+    pool[2].passed_check = true;
+    pool[0].health = Health::down;
+    std::map<Upstream*, int> hits;
+    for (int i = 0; i < 50; ++i) ++hits[pick_upstream(pool, *random, 0b001, kNow, true)];
+    EXPECT_EQ(hits[&pool[1]], 50);  // failing open: the unknown one comes first
+}
+
 // Passive backoff only orders the fallback; the health checker's "up" verdict wins.
 TEST_F(PickTest, UpInBackoffIsStillAvailable) {
     pool[0].retry_at_ms = kNow + 5000;
