@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "kprism/sd_notify.h"
+#include "kprism/base/sd_notify.h"
 
 namespace {
 

@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
-#include "kprism/buffer_pool.h"
-#include "kprism/config.h"
-#include "kprism/handover.h"
-#include "kprism/http_response.h"
-#include "kprism/log.h"
-#include "kprism/metrics.h"
-#include "kprism/policy.h"
-#include "kprism/upstream.h"
-#include "kprism/version.h"
+#include "kprism/proxy/buffer_pool.h"
+#include "kprism/config/config.h"
+#include "kprism/handoff/record.h"
+#include "kprism/upstreams/http_response.h"
+#include "kprism/base/log.h"
+#include "kprism/admin/metrics.h"
+#include "kprism/proxy/selection.h"
+#include "kprism/upstreams/upstream.h"
+#include "kprism/base/version.h"
 
 using namespace kprism;
 

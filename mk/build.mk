@@ -3,9 +3,10 @@
 
 ##@ Building
 
-LIB_SRCS := $(filter-out src/main.cc,$(wildcard src/*.cc))
+# src/FOLDER/NAME.cc (src/README.md), compiled to $(BUILD)/obj/FOLDER/NAME.o; the CLI's main() is not in the library.
+LIB_SRCS := $(filter-out src/cli/main.cc,$(wildcard src/*/*.cc))
 LIB_OBJS := $(LIB_SRCS:src/%.cc=$(BUILD)/obj/%.o)
-UNIT_SRCS := $(wildcard tests/unit/*.cc)
+UNIT_SRCS := $(wildcard tests/unit/*.cc tests/unit/*/*.cc)
 IT_SRCS := $(wildcard tests/integration/*.cc)
 HARNESS_SRCS := $(wildcard tests/harness/*.cc)
 # Test objects: tests/DIR/NAME.cc is compiled to $(BUILD)/tests/obj/DIR/NAME.o.
@@ -24,9 +25,11 @@ DEPFLAGS := -MMD -MP
 all: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver ## build build/kprism, build/kprism-standin and build/kprism-apiserver (the default goal)
 
 $(BUILD)/obj/%.o: src/%.cc | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILD)/obj/version.o: src/version.cc | $(BUILD)/obj
+$(BUILD)/obj/base/version.o: src/base/version.cc | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CXX) $(CXXFLAGS) -DKPRISM_VERSION='"$(VERSION)"' $(DEPFLAGS) -c $< -o $@
 
 # Integration tests and the harness include "harness/...": tests/ is on their include path.
@@ -45,26 +48,26 @@ $(BUILD)/libkprism.a: $(LIB_OBJS)
 # version.o is rebuilt when the version string changes.
 $(BUILD)/version.stamp: FORCE | $(BUILD)/obj
 	@echo '$(VERSION)' | cmp -s - $@ || echo '$(VERSION)' > $@
-$(BUILD)/obj/version.o: $(BUILD)/version.stamp
+$(BUILD)/obj/base/version.o: $(BUILD)/version.stamp
 
 # sd_notify.o is rebuilt when WITH_SYSTEMD changes.
 $(BUILD)/systemd.stamp: FORCE | $(BUILD)/obj
 	@echo '$(WITH_SYSTEMD)' | cmp -s - $@ || echo '$(WITH_SYSTEMD)' > $@
-$(BUILD)/obj/sd_notify.o: $(BUILD)/systemd.stamp
+$(BUILD)/obj/base/sd_notify.o: $(BUILD)/systemd.stamp
 
 # Every object is rebuilt when STATIC changes (only tracked once a tree has been built STATIC=1).
 $(BUILD)/static.stamp: FORCE | $(BUILD)/obj
 	@echo '$(STATIC)' | cmp -s - $@ || echo '$(STATIC)' > $@
 ifneq ($(STATIC)$(wildcard $(BUILD)/static.stamp),0)
-$(LIB_OBJS) $(BUILD)/obj/main.o $(TEST_OBJS): $(BUILD)/static.stamp
+$(LIB_OBJS) $(BUILD)/obj/cli/main.o $(TEST_OBJS): $(BUILD)/static.stamp
 endif
 
 # Every object is rebuilt, and the binaries relinked, when the hardening flags change.
 $(BUILD)/harden.stamp: FORCE | $(BUILD)/obj
 	@echo '$(HARDEN) $(HARDEN_CXXFLAGS) $(HARDEN_LDFLAGS)' | cmp -s - $@ || echo '$(HARDEN) $(HARDEN_CXXFLAGS) $(HARDEN_LDFLAGS)' > $@
-$(LIB_OBJS) $(BUILD)/obj/main.o $(TEST_OBJS): $(BUILD)/harden.stamp
+$(LIB_OBJS) $(BUILD)/obj/cli/main.o $(TEST_OBJS): $(BUILD)/harden.stamp
 
-$(BUILD)/kprism: $(BUILD)/obj/main.o $(BUILD)/libkprism.a
+$(BUILD)/kprism: $(BUILD)/obj/cli/main.o $(BUILD)/libkprism.a
 	$(CXX) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/kprism-standin: $(STANDIN_OBJ) $(BUILD)/libkprism.a
@@ -84,7 +87,7 @@ $(BUILD)/tests/unit: $(UNIT_OBJS) $(BUILD)/libkprism.a | $(BUILD)/tests
 $(BUILD)/tests/integration: $(IT_OBJS) $(HARNESS_OBJS) $(BUILD)/libkprism.a | $(BUILD)/tests
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(GTEST_LIBS)
 
--include $(wildcard $(BUILD)/obj/*.d $(BUILD)/tests/obj/*/*.d)
+-include $(wildcard $(BUILD)/obj/*/*.d $(BUILD)/tests/obj/*/*.d $(BUILD)/tests/obj/*/*/*.d)
 
 clean: ## remove build/ (every build tree, the packages and images)
 	rm -rf build

@@ -15,7 +15,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.
 RELEASE := $(shell sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 
 PKGS := libuv fmt openssl
-# WITH_SYSTEMD=0 drops libsystemd (static builds); src/sd_notify.cc then speaks the sd_notify and
+# WITH_SYSTEMD=0 drops libsystemd (static builds); src/base/sd_notify.cc then speaks the sd_notify and
 # socket-activation protocol itself, with the same behaviour.
 ## WITH_SYSTEMD=1: 0 builds without libsystemd, speaking the same protocol itself
 WITH_SYSTEMD ?= 1

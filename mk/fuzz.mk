@@ -30,6 +30,7 @@ $(FUZZ_DIR)/obj $(FUZZ_DIR)/obj/fuzz:
 	mkdir -p $@
 
 $(FUZZ_DIR)/obj/%.o: src/%.cc | $(FUZZ_DIR)/obj
+	@mkdir -p $(@D)
 	$(FUZZ_CXX) $(FUZZ_CXXFLAGS) -fsanitize=fuzzer-no-link $(DEPFLAGS) -c $< -o $@
 
 $(FUZZ_DIR)/libkprism.a: $(FUZZ_LIB_OBJS)
@@ -52,4 +53,4 @@ fuzz-run: fuzz ## each fuzz target for FUZZ_SECONDS, FUZZ_JOBS at a time, growin
 fuzz-smoke: fuzz ## each fuzz target for FUZZ_SMOKE_SECONDS on the seeds (about 45 s, CI)
 	tests/fuzz/run.sh --smoke $(FUZZ_DIR) $(FUZZ_SMOKE_SECONDS) $(FUZZ_JOBS) $(FUZZ_TARGETS)
 
--include $(wildcard $(FUZZ_DIR)/obj/*.d $(FUZZ_DIR)/obj/fuzz/*.d)
+-include $(wildcard $(FUZZ_DIR)/obj/*/*.d)

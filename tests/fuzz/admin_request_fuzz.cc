@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzzes the admin endpoint's HTTP request head parser (src/http_request.cc), fed in pieces, against its invariants.
+// Fuzzes the admin endpoint's HTTP request head parser (src/admin/http_request.cc), fed in pieces, against its invariants.
 //
 // Input: the bytes a client sends, as they are. Each input is parsed in one piece, in pseudo-random
 // pieces (seeded by a hash of the input) and one byte at a time (inputs up to 4 KiB), as the admin
@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "fuzz_util.h"
-#include "kprism/http_request.h"
+#include "kprism/admin/http_request.h"
 
 using kprism::HttpRequest;
 using kprism::HttpRequestParser;

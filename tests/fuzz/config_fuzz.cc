@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzzes what `kprism check` runs (src/config.cc): flags via parse_command_line, TOML via load_config_text, validation.
+// Fuzzes what `kprism check` runs (src/config/config.cc): flags via parse_command_line, TOML via load_config_text, validation.
 //
 // Input: without a NUL byte, the whole input is the TOML file of `kprism check --config fuzz.toml`.
 // With one, the bytes before the first NUL are the command line after "kprism", one argument per
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "kprism/config.h"
+#include "kprism/config/config.h"
 
 using namespace kprism;
 

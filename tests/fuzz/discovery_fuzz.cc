@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzzes discovery's parsing layer (src/discovery_parse.cc): HttpStream, LineSplitter, parse_slice_list, parse_watch_event.
+// Fuzzes discovery's parsing layer (src/discovery/parse.cc): HttpStream, LineSplitter, parse_slice_list, parse_watch_event.
 //
 // Input: what an apiserver sends to a list or watch request, as it is. It is read three ways:
 // - as an HTTP response through HttpStream, fed whole, in pseudo-random pieces (seeded by a hash of
@@ -28,11 +28,11 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "kprism/address_rules.h"
-#include "kprism/discovery.h"
-#include "kprism/discovery_parse.h"
-#include "kprism/discovery_snapshot.h"
-#include "kprism/upstream.h"
+#include "kprism/base/address_rules.h"
+#include "kprism/discovery/discovery.h"
+#include "kprism/discovery/parse.h"
+#include "kprism/discovery/snapshot.h"
+#include "kprism/upstreams/upstream.h"
 
 using kprism::DiscoveredSlice;
 using kprism::HostPort;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzzes TlsClientContext::build (src/tls_context.cc): loading the probes' client cert, key and CA from PEM files.
+// Fuzzes TlsClientContext::build (src/upstreams/tls_context.cc): loading the probes' client cert, key and CA from PEM files.
 //
 // Input: NUL-separated parts, written to in-memory files (memfd) that the loader opens by path:
 //   one part       the same file as certificate, key and CA bundle
@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "fuzz_util.h"
-#include "kprism/tls_context.h"
+#include "kprism/upstreams/tls_context.h"
 
 using kprism::TlsClientContext;
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Fuzzes the readiness probe's HTTP response parser (src/http_response.cc), fed in pieces, against its invariants;
+// Fuzzes the readiness probe's HTTP response parser (src/upstreams/http_response.cc), fed in pieces, against its invariants;
 // and the same parser in Body::whole mode with the /status parser behind it, as `kprism status` reads the admin endpoint;
-// and the failing-check names of a not-ready body (src/readyz_body.cc), against their bounds.
+// and the failing-check names of a not-ready body (src/upstreams/readyz_body.cc), against their bounds.
 //
 // Input: the bytes an upstream sends, as they are. Each input is parsed several ways - in one piece,
 // in pseudo-random pieces (seeded by a hash of the input), one byte at a time (inputs up to 4 KiB),
@@ -10,9 +10,9 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "kprism/http_response.h"
-#include "kprism/readyz_body.h"
-#include "kprism/status.h"
+#include "kprism/upstreams/http_response.h"
+#include "kprism/upstreams/readyz_body.h"
+#include "kprism/admin/status.h"
 
 using kprism::HttpResponseParser;
 using State = HttpResponseParser::State;

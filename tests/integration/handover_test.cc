@@ -24,7 +24,7 @@
 #include <thread>
 
 #include "harness/harness.h"
-#include "kprism/handover.h"
+#include "kprism/handoff/record.h"
 
 using namespace it;
 

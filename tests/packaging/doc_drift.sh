@@ -57,7 +57,7 @@ docfile() { echo "$tmp/$1"; }
 code() {
     local vals
     vals=$(RE="$1" perl -0777 -ne 'while (/$ENV{RE}/g) { my $v = $1; $v =~ s/\x27//g; $v =~ s/(\d)(?:u|ul|ull|l|ll)\b/$1/gi; print "$v\n" }' \
-        include/kprism/*.h src/*.cc | while read -r e; do
+        include/kprism/*/*.h src/*/*.cc | while read -r e; do
             if [[ $e =~ ^[0-9\ *+-]+$ ]]; then echo $((e)); else echo "$e"; fi
         done | sort -u)
     [ -n "$vals" ] || { echo "?"; return; }
@@ -297,7 +297,7 @@ nmsg=0 missing=
 while IFS= read -r m; do
     [ -n "$m" ] || continue
     nmsg=$((nmsg + 1))
-    grep -qF "\"$m" src/*.cc || missing="$missing '$m'"
+    grep -qF "\"$m" src/*/*.cc || missing="$missing '$m'"
 done <<<"$msgs"
 if [ "$nmsg" = 0 ]; then bad "log messages: none found in kprism.8 LOGGING"
 elif [ -z "$missing" ]; then ok "log messages: the $nmsg that kprism.8 LOGGING quotes are strings in src/"

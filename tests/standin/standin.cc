@@ -31,7 +31,7 @@
 #include <string>
 #include <thread>
 
-#include "kprism/address.h"
+#include "kprism/base/address.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "kprism/config.h"
-#include "kprism/tls_context.h"
+#include "kprism/config/config.h"
+#include "kprism/upstreams/tls_context.h"
 
 namespace kprism {
 namespace {

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// The admin HTTP endpoint on health.bind_address:health.port: /healthz, /readyz, /metrics, /status.
+#pragma once
+
+#include <uv.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kprism/admin/http_request.h"
+#include "kprism/base/intrusive_list.h"
+
+namespace kprism {
+
+class Server;
+class AdminConnection;
+
+// One request, one response, then the connection closes. Responses are built in memory from the
+// Server's state and written with uv_write: nothing here blocks the data path.
+struct AdminResponse {
+    int status = 200;
+    std::string content_type = "text/plain; charset=utf-8";
+    std::string body;
+    bool allow = false;  // add "Allow: GET, HEAD" (405)
+};
+// The status line, headers and (unless `head_only`) the body, ready to write.
+std::string serialize(const AdminResponse& r, bool head_only);
+
+// Owned by the Server: start() after the data listeners, close() in its finish(). The listening
+// handle is a member, closed without a callback and freed with the Admin after the loop has
+// stopped; each AdminConnection frees itself in its last close callback and unlinks itself here,
+// so the Admin must outlive the loop run (it does: the Server is destroyed after uv_run returns).
+class Admin {
+public:
+    // Beyond, a new connection takes the place of an older one (AdminConnection::make_room): the
+    // oldest that has not sent a complete request head, so a prober always gets in.
+    static constexpr size_t kMaxConnections = 64;
+    static constexpr uint64_t kRequestTimeoutMs = 5000;  // the whole request head, from accept
+    static constexpr uint64_t kLingerMs = 1000;        // reading what the client still sends after the answer
+
+    explicit Admin(Server& srv) : srv_(srv) {}
+    Admin(const Admin&) = delete;
+    Admin& operator=(const Admin&) = delete;
+
+    // Binds and listens; returns 0 or a libuv error code (then close() it).
+    int start(uv_loop_t* loop, const sockaddr* addr);
+    // Listens on an already listening socket (passed by systemd). Takes ownership of `fd`
+    // whatever it returns: 0 or a libuv error code (then close() it).
+    int start_fd(uv_loop_t* loop, int fd);
+    // Stops listening and closes every admin connection. Idempotent.
+    void close();
+    const std::string& name() const { return name_; }
+    // The listening handle, once start() or start_fd() succeeded; else nullptr.
+    const uv_tcp_t* handle() const { return open_ ? &tcp_ : nullptr; }
+    size_t connections() const { return live_; }
+
+    // The answer to a parsed request.
+    AdminResponse route(const HttpRequest& req);
+
+private:
+    friend class AdminConnection;
+    static void on_connection(uv_stream_t* s, int status);
+
+    Server& srv_;
+    uv_tcp_t tcp_{};
+    bool open_ = false;
+    std::string name_;
+    IntrusiveList<AdminConnection> conns_;  // every connection until its last close callback
+    size_t live_ = 0;                       // of those, not yet closing: at most kMaxConnections
+};
+
+}  // namespace kprism

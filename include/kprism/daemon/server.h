@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: Apache-2.0
+// The daemon: owns the loop's long-lived handles, the upstreams and every live Connection.
+#pragma once
+
+#include <uv.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kprism/proxy/buffer_pool.h"
+#include "kprism/config/config.h"
+#include "kprism/upstreams/control_plane.h"
+#include "kprism/daemon/heartbeat.h"
+#include "kprism/base/intrusive_list.h"
+#include "kprism/daemon/listener.h"
+#include "kprism/base/log_limiter.h"
+#include "kprism/proxy/selection.h"
+#include "kprism/proxy/rebalancer.h"
+#include "kprism/base/sd_notify.h"
+
+namespace kprism {
+
+class Admin;
+class Connection;
+
+struct Stats {
+    uint64_t accepted = 0;
+    uint64_t resumed = 0;         // handed over by the previous process (server_handover.cc)
+    uint64_t rejected = 0;        // over max_connections
+    uint64_t accept_errors = 0;   // EMFILE and friends
+    uint64_t client_failures = 0; // every upstream failed a client
+    uint64_t connect_failures = 0;
+    uint64_t replayed = 0;         // moved to another upstream before any answer
+    uint64_t closed_for_down = 0;  // established connections closed because their upstream went down
+    uint64_t rebalance_scheduled = 0;  // connections chosen by rebalancing to move
+    uint64_t rebalanced = 0;           // of those, closed (the rest recovered or closed first)
+    uint64_t fail_open_episodes = 0;
+    uint64_t reloads_ok = 0, reloads_failed = 0;
+    // The last finished reload attempt (SIGHUP), for /status and `kprism reload`: generation counts
+    // finished attempts (reloads_ok + reloads_failed); what it changed or why it failed, and when.
+    uint64_t reload_generation = 0;
+    bool reload_last_ok = false;
+    std::string reload_last_changes;  // "none" or "endpoint_added=... listener_removed=..."
+    std::string reload_last_error;    // every error line, joined with "; "
+    int64_t reload_last_unix = 0;     // 0: no reload yet
+};
+
+// What connections borrow only while they need it: read chunks and libuv requests.
+struct ConnectionPools {
+    BufferPool buffers;
+    RequestPool<uv_write_t> writes;
+    RequestPool<uv_shutdown_t> shutdowns;
+    RequestPool<uv_connect_t> connects;
+};
+
+// Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
+// timers are members closed by finish(); Connections free themselves (see connection.h).
+// Its methods live in server.cc (lifecycle, connections, limits, shutdown), server_reload.cc
+// (SIGHUP) and server_systemd.cc (socket activation, READY/STATUS, watchdog); the upstreams and
+// their health are the ControlPlane's (control_plane.h).
+class Server {
+public:
+    // Re-reads the configuration for SIGHUP (the same file and flags as at start).
+    using Loader = std::function<bool(Config&, std::vector<std::string>& errors)>;
+
+    Server(uv_loop_t* loop, Config cfg, Loader loader = nullptr);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    // Binds every listener and starts the control plane. On failure returns false with a
+    // message; nothing is left listening.
+    bool start(std::string& error);
+
+    uv_loop_t* loop() const { return loop_; }
+    const Config& config() const { return cfg_; }
+    // The sockets kprism listens on, as bound (the data listeners and the admin socket, systemd's
+    // or handed over included): the addresses it never connects to. Read again from the sockets
+    // after start and after each reload.
+    const OwnListeners& own_listeners() const { return own_; }
+    ConnectionPools& pools() { return pools_; }
+    ControlPlane& control() { return control_; }
+    const ControlPlane& control() const { return control_; }
+    Policy& policy() { return *policy_; }
+    const Stats& stats() const { return stats_; }
+    IntrusiveList<Connection>& connections() { return conns_; }
+    size_t active_connections() const { return conns_.size(); }
+    // For the admin endpoint: shutting down, and the event loop's own heartbeat.
+    bool draining() const { return draining_; }
+    const Heartbeat& heartbeat() const { return heartbeat_; }
+
+    // Called by Connection.
+    void connection_opened(Connection* c, bool resumed = false);
+    void connection_closed(Connection* c);
+    bool over_connection_limit() const { return conns_.size() > connection_limit_; }
+    // A connection has read one peer's FIN: the half-close sweep runs (every kHalfCloseSweepMs)
+    // until no connection is half-closed (Connection::check_half_closed).
+    void watch_half_closed();
+    static constexpr uint64_t kHalfCloseSweepMs = 1000;
+    // max_connections, or fewer when RLIMIT_NOFILE cannot give each connection its two
+    // descriptors and still leave kprism its own (see update_connection_limit()).
+    size_t connection_limit() const { return connection_limit_; }
+    void note_rejected();
+    void note_accept_error(int status);
+    void note_client_failed(uint32_t attempts);
+    void note_replayed() { ++stats_.replayed; }
+    void note_rebalanced() { ++stats_.rebalanced; }
+
+    // SIGHUP: load the configuration whole, then apply it (see server_reload.cc). A configuration that
+    // does not load, or listeners that cannot be bound, leave everything as it was.
+    void reload();
+    // Records the outcome of a reload attempt in stats_ (and counts it).
+    void finish_reload(bool ok, std::string changes, std::string error);
+
+    // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
+    // Under systemd with a file descriptor store ($FDSTORE), SIGTERM hands over instead.
+    void begin_shutdown(int signum);
+    // Handing the established connections over to the next process (server_handover.cc).
+    bool handing_over() const { return handover_.active; }
+    // A connection was spliced, resumed, or one in the crash copy closed (server_crash.cc).
+    void crash_copy_changed() { crash_.changed = true; }
+    // keep_on_crash is on (a store exists), and how many connections the stored copy holds.
+    bool crash_copy_on() const { return crash_.on; }
+    size_t crash_copy_connections() const { return crash_.connections; }
+    // SIGUSR2: restart in place (server_restart.cc). The executable kprism was started from (as
+    // it is on disk now, so an upgraded binary) is run with `check` and the same flags; if it
+    // accepts the configuration, this process hands everything over to it by exec, keeping its
+    // PID. argv is kept from set_command_line() (main).
+    void set_command_line(int argc, char** argv);
+    void begin_restart_in_place();
+    // What main() returns once the loop has ended: 1 after a restart in place failed past the
+    // point of return, else 0.
+    int exit_code() const { return exit_code_; }
+    void log_stats();
+
+    // systemd (see server_systemd.cc). The listening socket passed for the admin server
+    // (FileDescriptorName=admin, checked like the data sockets), or -1; the admin server listens on
+    // it instead of health.bind_address:health.port. take_admin_fd() hands it over (the caller then
+    // owns and closes it); until then the Server closes it when it is destroyed.
+    int admin_fd() const { return sd_.admin_fd; }
+    int take_admin_fd() { return std::exchange(sd_.admin_fd, -1); }
+    // Did systemd pass the data sockets? Then bind_address/bind_port are not used, also not on reload.
+    bool socket_activated() const { return sd_.socket_activated; }
+    // An upstream's health changed (from the ControlPlane): READY=1 after the first round, STATUS=.
+    void health_changed();
+
+private:
+    // The systemd side of the daemon (server_systemd.cc): READY=1 is sent once, after the first
+    // health round (ready_timer bounds the wait); the watchdog pings from the loop.
+    struct Systemd {
+        uv_timer_t ready_timer{}, watchdog_timer{};
+        bool ready_sent = false;
+        bool socket_activated = false;
+        int admin_fd = -1;
+    };
+
+    // Handover (server_handover.cc). Out: this process stops reading, waits (bounded) for what
+    // it has queued to be written, then stores listeners, connection sockets and the record in
+    // systemd's fd store and exits. In: the next process takes them back (LISTEN_FDNAMES
+    // handover-*), removes them from the store and resumes splicing.
+    struct Handover {
+        bool active = false;             // handing over (out)
+        uint64_t deadline_ms = 0;        // give up waiting for writes to finish
+        size_t closed_unconnected = 0;   // connections still connecting: closed at the start
+        std::vector<int> listen_fds;     // duplicates of the listening sockets, kept open meanwhile
+        std::vector<notify::ListenFd> passed;  // in: the handover-* descriptors systemd passed
+        uv_timer_t timer{};
+        bool in_place = false;           // out by exec (SIGUSR2), not through systemd's store
+    };
+    // Crash survival (keep_on_crash, server_crash.cc): the listeners, the connection sockets and a
+    // record stored in systemd's fd store, replaced at most once a second when connections have
+    // come or gone, under alternating generations so that a whole copy is always there.
+    struct CrashCopy {
+        bool on = false;
+        bool changed = false;           // since the last copy
+        bool listeners_changed = false; // started, or a reload changed them
+        unsigned generation = 0;        // of the stored copy, if any
+        size_t connections = 0;         // in the stored copy; 0: none is stored
+        bool partial = false;           // the last copy could not hold every connection (logged once)
+        bool failing = false;           // the last copy could not be stored (logged once)
+        uv_timer_t timer{};
+    };
+    void start_crash_copy();
+    void copy_for_crash();
+    void drop_crash_copy();
+    static void on_crash_timer(uv_timer_t* t);
+    void begin_handover(const char* why);
+    void finish_handover();
+    static void on_handover_timer(uv_timer_t* t);
+    // In: a passed listening socket bound to `addr`, or -1 (taken from handover_.passed).
+    int take_handover_listener(const sockaddr_storage& addr);
+    void resume_handover();
+    // Restart in place (server_restart.cc): the check of the new executable, then the exec.
+    static void on_check_exit(uv_process_t* p, int64_t status, int term_signal);
+    void exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections);
+    bool start_listeners(std::string& error);
+    bool start_admin(std::string& error);
+    void note_own_listeners();
+    void close_all(const char* reason);
+    void finish();
+    bool apply_listeners(const Config& next, std::string& error, std::string& summary);
+    static void on_signal(uv_signal_t* s, int signum);
+    // Blocks (or unblocks) the signals in kSignals (server.cc) for the process.
+    static void block_signals(bool block);
+    static void on_drain_timeout(uv_timer_t* t);
+    static void on_half_close_sweep(uv_timer_t* t);
+    bool adopt_passed_sockets(std::string& error);
+    void apply_listener_tcp_options();
+    void update_connection_limit();
+    void start_systemd();
+    void maybe_ready();
+    void send_ready(const char* reason);
+    static void on_ready_timeout(uv_timer_t* t);
+    static void on_watchdog(uv_timer_t* t);
+
+    uv_loop_t* loop_;
+    Config cfg_;
+    Loader loader_;
+    Stats stats_;
+    ConnectionPools pools_;
+    std::unique_ptr<Policy> policy_;
+    ControlPlane control_;
+    Rebalancer rebalancer_;
+    std::vector<std::unique_ptr<Listener>> listeners_;
+    // Closed by a reload but possibly still inside a pending close callback: freed with the Server.
+    std::vector<std::unique_ptr<Listener>> retired_listeners_;
+    IntrusiveList<Connection> conns_;  // every live client connection
+    size_t connection_limit_ = 0;      // set by update_connection_limit() at start and on reload
+    bool fd_limited_ = false;          // connection_limit_ is below max_connections because of RLIMIT_NOFILE
+    int fds_at_start_ = -1;
+    LogLimiter reject_log_, accept_error_log_, client_fail_log_;
+    uv_signal_t signals_[5]{};         // kSignals in server.cc
+    uv_timer_t drain_timer_{};
+    uv_timer_t half_close_timer_{};  // active only while some connection is half-closed
+    bool draining_ = false;
+    bool finished_ = false;
+    Systemd sd_;
+    Handover handover_;
+    CrashCopy crash_;
+    std::vector<std::string> argv_;    // the command line (set_command_line)
+    std::string exe_;                  // the executable's path, /proc/self/exe at start
+    uv_process_t check_{};             // `exe_ check ...` before a restart in place
+    bool checking_ = false;
+    int exit_code_ = 0;
+    std::unique_ptr<Admin> admin_;  // the admin HTTP endpoint (admin.h); closed by finish()
+    OwnListeners own_;              // from listeners_ and admin_ by note_own_listeners()
+    Heartbeat heartbeat_;
+};
+
+}  // namespace kprism

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: Apache-2.0
+// One client connection spliced to one upstream: connect (with retries), then bytes both ways.
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <string>
+
+#include "kprism/handoff/record.h"
+#include "kprism/proxy/selection.h"
+#include "kprism/upstreams/upstream.h"
+
+namespace kprism {
+
+class Server;
+struct Upstream;
+
+// Owns its three handles (client, upstream, timer). Created by Connection::accept, it deletes
+// itself in the close callback of its last open handle; nothing else frees it.
+class Connection {
+public:
+    // Accepts a pending connection from `listener` and starts connecting it upstream.
+    static void accept(Server& srv, uv_stream_t* listener);
+
+    // Starts closing (idempotent). `reset` sends RST to the client instead of FIN.
+    void close(const char* reason, bool reset_client = false, bool reset_upstream = false);
+
+    // The upstream is down: close this connection after `delay_ms` if it may still be closed for
+    // that then (ControlPlane::may_close_for_down). False when it cannot be scheduled (closing,
+    // not yet spliced, or awaiting its first answer: the first-response timer moves it instead).
+    bool close_later_for_down(uint64_t delay_ms);
+    bool down_pending() const { return timer_for_ == TimerFor::down; }
+    // The upstream was removed by a reload: let the connection finish for up to `drain_ms`.
+    void close_later_for_removal(uint64_t drain_ms);
+    // Rebalancing moves this connection: close it after `delay_ms` if its upstream is still up
+    // (the client reconnects and lands on an under-share upstream).
+    void close_later_for_rebalance(uint64_t delay_ms);
+    // Established, bound to its upstream, and no close already scheduled: rebalancing may move it.
+    bool movable() const {
+        return state_ == State::splicing && !closing_ && timer_for_ == TimerFor::none &&
+               !(awaiting_answer_ && !first_flight_.empty());
+    }
+    bool rebalance_pending() const { return timer_for_ == TimerFor::rebalance; }
+    uint64_t started_ms() const { return started_ms_; }  // uv_now() when it was accepted
+
+    // Handover to the next process (server_handover.cc). pause_for_handover() stops reading both
+    // ways and any timer; a connection not yet spliced is closed instead (false). quiescent():
+    // nothing of ours in flight (no write or FIN queued), so its sockets hold every byte.
+    bool pause_for_handover();
+    bool quiescent() const { return !client_.wreq && !upstream_.wreq && !client_.sreq && !upstream_.sreq; }
+    // Its two descriptors and its record entry; false when it has none to give. The crash copy
+    // (server_crash.cc) takes connections with writes in flight too (flushed_only = false), but
+    // not one that may still be replayed to another upstream.
+    bool handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd, bool flushed_only = true);
+    // Its sockets are in the crash copy: a copy held by systemd keeps a socket open after kprism
+    // closes its own, so close() then ends the connection itself (shutdown, or a reset by
+    // connect(AF_UNSPEC)) unless the connection is being handed over.
+    void mark_stored() { stored_ = true; }
+    // A connection handed over by the previous process: takes both descriptors (closed on
+    // failure, false) and resumes splicing to `up` in the half-closed state the entry records.
+    static bool resume(Server& srv, int client_fd, int upstream_fd, Upstream& up, const handover::Entry& e);
+
+    // Called by the Server's half-close sweep about once a second while some connection is
+    // half-closed. A peer whose FIN was read is no longer read (libuv stops at EOF), so its later
+    // reset would go unseen while the other peer is idle: when its socket has reached TCP_CLOSE,
+    // the connection closes and resets the other peer. Returns whether it still needs the sweep.
+    bool check_half_closed();
+
+    bool closing() const { return closing_; }
+    bool splicing() const { return state_ == State::splicing; }
+    Upstream* upstream() const { return up_; }
+
+    // Links of the Server's list of live connections (IntrusiveList).
+    Connection* prev = nullptr;
+    Connection* next = nullptr;
+
+private:
+    enum class State { connecting, splicing };
+    enum class TimerFor { none, connect, first_response, down, removed, rebalance };
+
+    // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
+    // Requests come from the Server's pools and are held only while in flight.
+    struct Side {
+        uv_tcp_t tcp{};
+        char* buf = nullptr;           // pooled chunk; null while idle
+        uint32_t len = 0;              // bytes in buf not yet written to the peer
+        bool open = false;             // uv_tcp_init done and uv_close not yet called
+        bool eof = false;              // peer sent FIN (we read EOF)
+        bool shut = false;             // we sent FIN to this side
+        uv_write_t* wreq = nullptr;    // queued write of the *other* side's bytes into this side
+        uv_shutdown_t* sreq = nullptr; // pending FIN to this side
+    };
+
+    explicit Connection(Server& srv);
+    ~Connection();
+
+    Upstream* pick(uint64_t now);
+    void start_attempt();
+    // `reason` is the text for logs; `why` is what the bookkeeping counts.
+    void attempt_failed(ConnectFailure why, const char* reason, bool upstream_fault);
+    void start_splicing();
+    void forward(Side& from, Side& to);
+    bool queue_write(Side& to, uv_buf_t b);
+    void release(Side& s);
+    void on_read(Side& from, Side& to, ssize_t nread);
+    void maybe_finish();
+    // `s` sent its FIN and was not sent ours: its socket is in CLOSE_WAIT until we close it.
+    static bool only_peer_finished(const Side& s) { return s.open && s.eof && !s.shut && !s.sreq; }
+    void answered();
+    void stop_awaiting_answer();
+    void keep_first_flight(const char* p, size_t n);
+    static constexpr size_t kMaxFirstFlight = 16 * 1024;
+    bool try_replay(ConnectFailure why, const char* reason);
+    Side& side_of(uv_handle_t* h) { return reinterpret_cast<uv_tcp_t*>(h) == &client_.tcp ? client_ : upstream_; }
+    Side& other(Side& s) { return &s == &client_ ? upstream_ : client_; }
+    void handle_closed();
+
+    static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
+    static void on_read_cb(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
+    static void on_write(uv_write_t* req, int status);
+    static void on_shutdown(uv_shutdown_t* req, int status);
+    static void on_connect(uv_connect_t* req, int status);
+    static void on_timer(uv_timer_t* t);
+    static void on_closed(uv_handle_t* h);
+    static void on_upstream_closed_for_retry(uv_handle_t* h);
+
+    Server& srv_;
+    Side client_;
+    Side upstream_;
+    uv_timer_t timer_{};
+    uv_connect_t* creq_ = nullptr;  // pooled, while connecting
+    State state_ = State::connecting;
+    Upstream* up_ = nullptr;
+    TriedSet tried_ = 0;
+    uint32_t attempts_ = 0;
+    int open_handles_ = 0;
+    bool closing_ = false;
+    bool timer_open_ = false;
+    bool stored_ = false;  // mark_stored()
+    // When the current upstream attempt began, in ms after started_ms_ (32 bits fill padding
+    // here: no bytes added per connection).
+    uint32_t attempt_offset_ms_ = 0;
+    uint64_t started_ms_ = 0;
+    TimerFor timer_for_ = TimerFor::none;
+    // Until the upstream sends its first byte, a copy of the client's bytes (bounded, e.g. a TLS
+    // ClientHello) is kept so a silent upstream can be swapped for another. Empty otherwise.
+    bool awaiting_answer_ = false;
+    std::string first_flight_;
+};
+
+}  // namespace kprism

@@ -1,0 +1,37 @@
+// SPDX-License-Identifier: Apache-2.0
+// Upstream selection: which upstream a new connection (or a retry of it) goes to.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "kprism/config/config.h"
+#include "kprism/upstreams/upstream.h"
+
+namespace kprism {
+
+// A policy ranks candidates that are all eligible; eligibility (readiness, zone, already tried)
+// is decided by pick_upstream() so a new policy only chooses.
+class Policy {
+public:
+    virtual ~Policy() = default;
+    virtual Upstream* choose(Upstream* const* candidates, size_t n) = 0;
+    virtual const char* name() const = 0;
+};
+
+std::unique_ptr<Policy> make_policy(PolicyKind kind);
+
+// Bit i set = upstream i already tried by this connection (one bit per slot of kMaxUpstreams).
+using TriedSet = uint64_t;
+static_assert(kMaxUpstreams <= 64, "TriedSet holds one bit per upstream slot");
+
+// Picks the next upstream for a connection:
+//  1. an untried upstream that is up, preferring the node's zone while any up upstream is there;
+//  2. else, if `fallback` (fail-open), an untried one that is not up: unknown before down, then
+//     out of passive backoff before in it (earliest retry first) - a client fails only when every
+//     upstream has failed it;
+//  3. else nullptr.
+Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback = true);
+
+}  // namespace kprism

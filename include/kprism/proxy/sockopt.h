@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// TCP socket options of both sides of every spliced connection: set on each upstream socket, and
+// on the listening sockets, whose accepted sockets inherit them (Linux copies TCP_NODELAY,
+// SO_KEEPALIVE, the keepalive timings and TCP_USER_TIMEOUT to each accepted socket), so an accept
+// costs no setsockopt.
+#pragma once
+
+#include <uv.h>
+
+#include "kprism/config/config.h"
+
+namespace kprism {
+
+// TCP_NODELAY, SO_KEEPALIVE (+ idle/interval/count) and TCP_USER_TIMEOUT as configured. A fresh
+// socket gets only what differs from the kernel's defaults; `listener` sets every option
+// explicitly, so a reload that turns one off turns it off for the connections accepted after it.
+// Best effort: failures are not fatal for the connection. Returns 0 or the first error.
+int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener = false);
+
+// The socket has reached TCP_CLOSE (TCP_INFO's tcpi_state): on a socket whose peer's FIN was read
+// and that has sent no FIN itself (CLOSE_WAIT), only the peer's RST or a keepalive or user
+// timeout gets it there. Reading does not show it (recv() returns 0 after a FIN whatever follows).
+bool tcp_closed(uv_tcp_t* tcp);
+
+}  // namespace kprism

@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: Apache-2.0
+// The control plane as kprism sees it: the upstreams, their readiness checks and passive signals,
+// hostname resolution, up/down changes and what follows from them (closes on down, no-ready
+// episodes).
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kprism/config/config.h"
+#include "kprism/upstreams/credentials.h"
+#include "kprism/upstreams/health_check.h"
+#include "kprism/upstreams/tls_context.h"
+#include "kprism/upstreams/upstream.h"
+
+namespace kprism {
+
+class Server;
+struct Stats;
+class Discovery;
+
+// What /status and the metrics show of discovery.
+struct DiscoveryStatus {
+    bool enabled = false;
+    const char* state = "off";  // off, waiting (no upstream up to ask), listing, watching, backoff
+    std::string via;            // the upstream the request in flight goes to
+    std::string resource_version;
+    uint64_t endpoints = 0;  // in the slices, admitted by the rules (ready, IP, port)
+    uint64_t lists = 0, relists = 0, events = 0, errors = 0;
+    std::string last_error;
+};
+
+// The discovery snapshot file as /status shows it (membership.cc).
+struct SnapshotStatus {
+    const char* state = "disabled";  // disabled, none (no file yet), loaded, ignored, written, failed
+    std::string path;
+    std::string detail;        // why it was ignored, or why the write failed
+    int64_t written_unix = 0;  // of the file kprism last read or wrote; 0: none
+};
+
+// Owned by the Server, which it reaches for the loop, the configuration in force, the live
+// connections (closes on down) and the systemd status. Its handles (resolve timer, checkers) are
+// closed by close(); their memory is released with it, after the loop has stopped.
+class ControlPlane {
+public:
+    ControlPlane(Server& srv, Stats& stats);
+    ~ControlPlane();
+    ControlPlane(const ControlPlane&) = delete;
+    ControlPlane& operator=(const ControlPlane&) = delete;
+
+    // Starts resolving hostname endpoints and checking every upstream.
+    void start();
+    // Closes the checkers and the resolve timer and cancels pending resolutions. Idempotent.
+    void close();
+    // Reload: applies endpoints, TLS files and health settings of `next` (validated, and about to
+    // be the configuration in force); each change is appended to `summary` (" key=value").
+    void reconfigure(const Config& next, std::string& summary);
+
+    uv_loop_t* loop() const;
+    const Config& config() const;
+    UpstreamPool& upstreams() { return ups_; }
+    const UpstreamPool& upstreams() const { return ups_; }
+    TlsClientContext& tls() { return *tls_; }
+    const TlsClientContext& tls() const { return *tls_; }
+    // The certificate files, re-read if they changed (TlsClientContext::refresh); a new
+    // certificate ends the credentials condition and every upstream is probed again at once.
+    SSL_CTX* refresh_tls(uint64_t now_ms);
+    // Whether the apiservers accept the client certificate (credentials.h).
+    CredentialsState credentials() const { return creds_.state(); }
+
+    // Every live upstream has a verdict (or kprism has no client certificate to check with, or
+    // every apiserver rejects it).
+    bool all_judged() const;
+    // An episode of no upstream ready is going on (failing open or closed).
+    bool failing_open() const { return failing_open_; }
+    // Every live upstream is down for its etcd checks: the control plane has no etcd quorum.
+    // From that moment until one is up again nothing is closed for being down.
+    bool etcd_quorum_lost() const { return etcd_quorum_lost_; }
+    // May a connection go to upstreams that are not up (fail-open, nothing to check with, or a
+    // certificate every apiserver rejects)?
+    bool fallback_allowed() const;
+    // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
+    std::string summary() const;
+
+    // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
+    // `generation`: that of the certificate the probe ran with; `checks`: the failing checks its
+    // /readyz body named.
+    void record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t generation,
+                      const FailingChecks& checks = {});
+    // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
+    // counted like a failed check, and a probe is started at once.
+    void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
+    // Discovery's set of endpoints (`src`: discovered, or snapshot at start): new ones are added
+    // and checked before use, those that left drain unless no upstream that stays is up; the
+    // configured ones are the floor. An empty set changes nothing; more than kMaxDiscovered keep
+    // the known ones first (membership.cc).
+    void apply_discovered(std::vector<HostPort> endpoints, Source src);
+    // The API just confirmed the discovered set (a list, a watch event or bookmark): the snapshot
+    // is written again if it is older than kSnapshotRefreshS, so that its age says how long ago
+    // the API last spoke, not how long the membership has been stable.
+    void discovery_confirmed() { write_snapshot(); }
+    static constexpr int64_t kSnapshotRefreshS = 3600;
+    // The sockets kprism listens on, as bound (Server::own_listeners): it never connects to them.
+    const OwnListeners& own_listeners() const;
+    // Drops from `endpoints` every address the rules for discovered addresses refuse
+    // (address_rules.h, discovery.allowed_cidrs), with one warning per address and `origin`
+    // ("slice" or "snapshot", `name`) while it keeps being named: `endpoints` is all that `name`
+    // names now, and an address it no longer names is forgotten (warned again if named again).
+    void drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name);
+    // The slices there are now (after a deletion, or a list): what the others named is forgotten.
+    void forget_refused(const std::map<std::string, std::vector<HostPort>>& slices);
+    // nullptr when discovery is off.
+    const DiscoveryStatus* discovery() const;
+    const SnapshotStatus& snapshot() const { return snapshot_; }
+    // A connection to a down upstream was closed (close_on_down).
+    void note_closed_for_down();
+    // May the connections of `u` be closed for being down now (close_on_down, down, not removed,
+    // no hold)? Asked again when each close is due.
+    bool may_close_for_down(const Upstream& u) const;
+    // Closes for being down go at most this many a second, across every check that scheduled
+    // them: beyond close_spread when there are many.
+    static constexpr uint64_t kDownClosesPerSecond = 100;
+    static constexpr uint64_t kDownCloseGapMs = 1000 / kDownClosesPerSecond;
+    // The upstream side ended an established connection first (FIN or reset before the client's),
+    // `age_ms` after it reached this upstream. kCloseBurst of those older than kCloseBurstMinAgeMs within
+    // kCloseBurstWindowMs (a graceful shutdown, a GOAWAY wave) start a check at once.
+    void upstream_ended(Upstream& u, uint64_t age_ms);
+    static constexpr size_t kCloseBurst = 3;
+    static constexpr uint64_t kCloseBurstWindowMs = 1000;
+    static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
+    // The last handle of a closed checker has closed (from its close callback): a removed
+    // upstream's checker is freed here, one closed by close() stays until the destructor.
+    void checker_closed(HealthChecker* c);
+    // Checkers allocated: one per live upstream, plus those of removed ones still closing.
+    size_t checkers_allocated() const;
+
+private:
+    void on_health_change(Upstream& u, Health old);
+    // Membership (membership.cc): the snapshot read at start, removals that wait, the write.
+    void start_discovery();
+    void settle_departures();
+    void remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms);
+    bool in_discovered(const Upstream& u) const;
+    Upstream* find_live(const HostPort& addr);
+    void write_snapshot();
+    static void on_snapshot_work(uv_work_t* w);
+    static void on_snapshot_done(uv_work_t* w, int status);
+    // Down for etcd: its closes wait (close_held_since_ms) until every other live upstream has a
+    // result from after that, or for at most two fast intervals, so that etcd lost everywhere at
+    // once is told from one apiserver losing it. review() ends holds and quorum episodes.
+    void hold_closes(Upstream& u);
+    void review();
+    void arm_hold_timer();
+    static void on_hold_timer(uv_timer_t* t);
+    void on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now);
+    void log_rejected_by_all(const Upstream& u) const;
+    void check_all_soon(const Upstream* except);
+    const char* close_hold(const Upstream& u) const;
+    void close_stranded();
+    void start_checker(Upstream& u, uint64_t first_delay_ms);
+    void stop_checker(Upstream& u);
+    void reconfigure_endpoints(const Config& next, std::string& summary);
+    void resolve(Upstream& u);
+    // A configured IP endpoint that is one of kprism's own sockets (possible when systemd passed
+    // them: validation knows only the configured addresses) is never connected to.
+    void refuse_if_own(Upstream& u);
+    void arm_resolve_timer(const Config& cfg);
+    static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
+    static void on_resolve_timer(uv_timer_t* t);
+
+    Server& srv_;
+    Stats& stats_;
+    UpstreamPool ups_;
+    std::unique_ptr<TlsClientContext> tls_;
+    std::vector<std::unique_ptr<HealthChecker>> checkers_;  // index = upstream index
+    // Closed (endpoint removed, or replaced), their close callbacks pending: each is freed by
+    // checker_closed() from the last one.
+    std::vector<std::unique_ptr<HealthChecker>> retired_checkers_;
+    uv_timer_t resolve_timer_{};
+    uv_timer_t hold_timer_{};
+    uint64_t next_down_close_ms_ = 0;  // uv_now() before which no further close for being down is scheduled
+    // The heap freed checkers held goes back to the kernel (malloc_trim), so that RSS follows the
+    // live set under membership churn instead of the largest burst's high-water mark: the first
+    // time the retired list becomes empty while no trim is pending starts this one-shot timer, and
+    // the trim runs kTrimDelayMs after that moment (later emptyings do not push it back); so at
+    // most one trim per kTrimDelayMs.
+    uv_timer_t trim_timer_{};
+    static constexpr uint64_t kTrimDelayMs = 5000;
+    static void on_trim_timer(uv_timer_t* t);
+    bool started_ = false;
+    bool closed_ = false;
+    bool failing_open_ = false;
+    bool etcd_quorum_lost_ = false;
+    Credentials creds_;
+    uint64_t tls_generation_seen_ = 0;
+
+    std::unique_ptr<Discovery> discovery_;
+    std::vector<std::string> discovered_;  // the admitted set, canonical "ip:port", sorted
+    std::vector<std::string> departing_;   // left the set, waiting for an upstream that stays to be up
+    bool empty_warned_ = false;
+    // "origin name" -> the refused addresses it named last, each warned about once. As many keys
+    // as live slices (bounded by discovery) and the snapshot.
+    std::unordered_map<std::string, std::unordered_set<std::string>> refused_warned_;
+    bool limit_warned_ = false;
+    std::string ca_sha256_;
+    SnapshotStatus snapshot_;
+    std::vector<std::string> snapshot_set_;  // what the file holds (as far as kprism knows)
+    bool api_set_ = false;  // discovered_ came from the API (not only from the snapshot)
+    uv_work_t snapshot_work_{};
+    bool snapshot_writing_ = false;
+    bool snapshot_again_ = false;
+    // The write in flight (the threadpool reads only these three).
+    std::string snapshot_path_, snapshot_text_, snapshot_error_;
+    bool snapshot_ok_ = false;
+    int64_t snapshot_written_pending_ = 0;
+    std::vector<std::string> snapshot_pending_set_;
+};
+
+}  // namespace kprism

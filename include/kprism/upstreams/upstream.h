@@ -1,0 +1,244 @@
+// SPDX-License-Identifier: Apache-2.0
+// Upstream (kube-apiserver) state: address, readiness verdict with rise/fall, passive failure
+// backoff, latency tier and counters.
+#pragma once
+
+#include <netinet/in.h>
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kprism/base/address.h"
+#include "kprism/config/config.h"
+#include "kprism/base/histogram.h"
+#include "kprism/upstreams/readyz_body.h"
+
+namespace kprism {
+
+// Where an upstream came from: the configured list (the floor discovery never removes), the
+// EndpointSlices, or the snapshot of them read at start.
+enum class Source { configured, discovered, snapshot };
+const char* source_name(Source s);  // "static", "discovered", "snapshot"
+
+// What a probe result says about the client certificate: ready and not_ready are HTTP answers
+// after authentication (accepted), unauthorized is a rejection, the rest say nothing
+// (credentials.h).
+enum class CertVerdict { accepted, rejected, silent };
+
+// The outcome classes of one readiness check, listed once in kCheckResultTable (a row per value,
+// in the enum's order), which sizes every array and loop over them. A new class goes before
+// `last` and gets its row.
+enum class CheckResult { ready, not_ready, timeout, connect_failed, tls_failed, unauthorized, last = unauthorized };
+struct CheckResultInfo {
+    CheckResult result;
+    const char* name;    // the metric label, /status's last_result, log lines
+    CertVerdict verdict;  // what it says about the client certificate
+    DownReason down;     // the down reason of an upstream it takes down (not_ready: from its failing checks)
+};
+inline constexpr CheckResultInfo kCheckResultTable[] = {
+    {CheckResult::ready, "ready", CertVerdict::accepted, DownReason::other},
+    {CheckResult::not_ready, "not_ready", CertVerdict::accepted, DownReason::other},
+    {CheckResult::timeout, "timeout", CertVerdict::silent, DownReason::timeout},
+    {CheckResult::connect_failed, "connect_failed", CertVerdict::silent, DownReason::connect},
+    {CheckResult::tls_failed, "tls_failed", CertVerdict::silent, DownReason::tls},
+    {CheckResult::unauthorized, "unauthorized", CertVerdict::rejected, DownReason::unauthorized},
+};
+inline constexpr size_t kCheckResults = std::size(kCheckResultTable);
+static_assert(static_cast<size_t>(CheckResult::last) + 1 == kCheckResults, "a row in kCheckResultTable per CheckResult");
+consteval bool check_result_rows_in_order() {
+    for (size_t i = 0; i < kCheckResults; ++i)
+        if (static_cast<size_t>(kCheckResultTable[i].result) != i) return false;
+    return true;
+}
+static_assert(check_result_rows_in_order(), "kCheckResultTable's rows in CheckResult's order");
+constexpr const CheckResultInfo& check_result_info(CheckResult r) { return kCheckResultTable[static_cast<size_t>(r)]; }
+constexpr const char* result_name(CheckResult r) { return check_result_info(r).name; }
+
+// unknown: no verdict yet (start-up, or no client certificate to check with).
+enum class Health { unknown, up, down };
+const char* health_name(Health h);
+
+// Why a client connection's attempt on an upstream failed (a passive failure), decided where it
+// happened - from the libuv error or the connection's own timers - and carried as this type to
+// the bookkeeping. Metric labels and check result classes come from it, never from a message.
+enum class ConnectFailure {
+    refused,      // ECONNREFUSED: nothing listens
+    timeout,      // connect_timeout, or the kernel's ETIMEDOUT
+    unreachable,  // EHOSTUNREACH, ENETUNREACH
+    reset,        // ECONNRESET during the connect
+    no_response,  // connected, the client sent its first bytes, and nothing came back in time
+    hung_up,      // connected, then closed or reset before sending anything
+    other,
+};
+ConnectFailure connect_failure_from_uv(int uv_status);
+const char* connect_failure_name(ConnectFailure f);  // for log lines: "refused", "no_response", ...
+
+// The label set of kprism_upstream_connect_errors_total{reason=...}: kept small and stable.
+enum class ConnectError { refused, timeout, no_response, other };
+constexpr size_t kConnectErrors = 4;
+const char* connect_error_name(ConnectError e);
+ConnectError connect_error_of(ConnectFailure f);
+// How a passive failure counts among the check results: silence is a timeout, the rest a
+// failed connect.
+CheckResult check_result_of(ConnectFailure f);
+// The kprism_upstream_down_reason label of a failed result (`checks`: its failing checks).
+DownReason down_reason_of(CheckResult r, const FailingChecks& checks);
+
+// The last readiness probe's result as the credentials condition reads it (credentials.h).
+struct ProbeMark {
+    bool has = false;
+    CheckResult result = CheckResult::ready;
+    uint64_t at_ms = 0;       // loop time (uv_now) of the result
+    uint64_t generation = 0;  // TlsClientContext::generation() the probe ran with
+};
+
+struct Upstream {
+    size_t index = 0;
+    HostPort addr;
+    std::string name;  // addr.str(), for logs
+    std::string zone;
+    std::string server_name;  // Endpoint::server_name: configured TLS name, or empty
+    Source source = Source::configured;
+    // The name for SNI and certificate verification, and the probe's Host header.
+    const std::string& tls_name() const { return server_name.empty() ? addr.host : server_name; }
+    std::string host_header() const { return server_name.empty() ? name : server_name; }
+
+    // Address to connect to; for hostnames filled by the resolver.
+    sockaddr_storage sa{};
+    bool resolved = false;
+    uv_getaddrinfo_t resolve_req{};
+    bool resolving = false;
+    bool resolve_failed_logged = false;
+    std::string resolved_to_self;  // the resolved addresses skipped as kprism's own listeners, as warned
+
+    // Readiness, decided by health checks (rise/fall) and passive signals.
+    Health health = Health::unknown;
+    uint32_t rises = 0;  // consecutive ready results while down
+    uint32_t falls = 0;  // consecutive failures while up
+    bool has_result = false;
+    CheckResult last_result = CheckResult::ready;
+    std::string last_error;
+    uint64_t last_result_ms = 0;  // loop time of the last result (check or passive failure)
+    // The apiserver's failing checks in its last result (not_ready only; empty otherwise).
+    FailingChecks failing_checks;
+    // Why it is out: set by each failed result, kept through the ready ones of its rise.
+    DownReason down_reason = DownReason::other;
+    uint64_t last_change_ms = 0;
+    // Answered a readiness check "ready" at least once in this process. A discovered or snapshot
+    // upstream without it never gets a client connection, not even failing open (policy.cc).
+    bool passed_check = false;
+    // Read from a snapshot that records it as checked in an earlier process: kept in the snapshot
+    // while the slices list it, but never a reason to send it traffic.
+    bool checked_earlier = false;
+    ProbeMark probe;                // the last probe (passive failures leave it alone)
+    bool rejection_logged = false;  // "health check unauthorized" said since it last accepted us
+    double rtt_ms = -1;  // EWMA of the probe's connect + TLS handshake time; -1 until measured
+    bool fast_tier = false;  // in the nearest latency tier (latency policy)
+    // Its share of this node's connections, from rebalancing's last plan (rebalancer.h; 0: no
+    // plan). While `active` is below it, new connections go here before the upstreams at it.
+    uint32_t share_target = 0;
+    bool below_share() const { return share_target > 0 && active < share_target; }
+
+    // Passive detection: consecutive failed client connects back the upstream off until retry_at.
+    // Orders the fallback when nothing is up (fail-open), e.g. during kubelet TLS bootstrap.
+    uint32_t consecutive_failures = 0;
+    uint64_t retry_at_ms = 0;  // loop time (uv_now); 0 = no backoff
+    uint64_t backoff_ms = 0;
+
+    // Loop times of the last connections the upstream ended first (ControlPlane::upstream_ended),
+    // a ring; 0 = none.
+    uint64_t upstream_ends_ms[3] = {};
+    uint8_t upstream_ends_next = 0;
+    uint64_t close_bursts = 0;
+    // Went down for etcd: its connections' closes wait until this loop time plus the hold; 0 = none.
+    uint64_t close_held_since_ms = 0;
+    // Down with connections that stay: why (ControlPlane::close_hold, logged when it changes); nullptr: none.
+    const char* close_hold = nullptr;
+
+    // Counters.
+    uint32_t active = 0;
+    uint64_t total = 0;
+    uint64_t connect_failures = 0;
+    uint64_t bytes_to_upstream = 0;
+    uint64_t bytes_from_upstream = 0;
+    uint64_t checks[kCheckResults] = {};  // per CheckResult
+    uint64_t resumed_handshakes = 0;
+    uint64_t full_handshakes = 0;
+    uint64_t probes_reused = 0;            // readiness probes sent on the kept probe connection
+    uint64_t probe_connections_ended = 0;  // kept probe connections the apiserver ended
+    uint16_t probe_local_port = 0;         // the kept probe connection's local port; 0: none kept
+    uint64_t connect_errors[kConnectErrors] = {};  // per ConnectError
+    uint64_t went_up = 0, went_down = 0;          // health transitions
+    int64_t last_change_unix = 0;                 // wall clock (s) of the last health change; 0: none
+    Histogram check_duration;                     // seconds from TCP connect to result, per probe
+
+    // Removed from the configuration by a reload: no new connections, established ones drain.
+    // The slot is reused for a new endpoint once nothing refers to it.
+    bool removed = false;
+    // Discovered, left the slices, and waiting for an upstream that stays to be up (membership.cc).
+    bool removal_waits = false;
+
+    bool in_backoff(uint64_t now) const { return retry_at_ms != 0 && now < retry_at_ms; }
+    // May receive new connections in normal operation.
+    bool available(uint64_t) const { return resolved && health == Health::up && !removed; }
+};
+
+struct HealthPolicy {
+    uint32_t rise = 2;
+    uint32_t fall = 2;
+};
+
+class UpstreamPool {
+public:
+    UpstreamPool() = default;
+    // Adds an endpoint (reusing a drained removed slot if there is one); nullptr when full.
+    Upstream* add(const HostPort& addr, std::string zone = "", std::string server_name = "");
+    // The live (not removed) upstream with this address, if any.
+    Upstream* find(const HostPort& addr);
+    size_t size() const { return ups_.size(); }
+    Upstream& operator[](size_t i) { return *ups_[i]; }
+    const Upstream& operator[](size_t i) const { return *ups_[i]; }
+
+    std::string node_zone;  // prefer upstreams in this zone while any there is up
+    HealthPolicy policy;
+    // Called after an upstream's health changed (old value given).
+    std::function<void(Upstream&, Health)> on_change;
+
+    // Passive signals from the data path. `detail` is logged on a state change only.
+    void connect_failed(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t now);
+    void connect_succeeded(Upstream& u);
+
+    // Applies one check result with rise/fall. `explicit_down` marks the apiserver's own verdict
+    // (HTTP 5xx), which takes an up upstream down at once; `checks` are the failing checks its
+    // /readyz named (not_ready), the reason logged instead of the body. Returns true if health changed.
+    bool record(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+                const FailingChecks& checks = {});
+    // The two halves of record(): note() counts the result and keeps it (and its failing checks)
+    // as the last one (health untouched; returns whether its class changed), apply() runs
+    // rise/fall on it.
+    bool note(Upstream& u, CheckResult r, const std::string& error, uint64_t now, const FailingChecks& checks = {});
+    bool apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
+               bool class_changed);
+    // Feeds a probe's connect time into the EWMA and recomputes latency tiers.
+    void record_rtt(Upstream& u, double rtt_ms);
+
+    size_t available_count(uint64_t now) const;
+    size_t up_count() const;
+
+    static constexpr uint64_t kBackoffMinMs = 1000;
+    static constexpr uint64_t kBackoffMaxMs = 30000;
+
+private:
+    // `detail`, when given, is logged beside the reason (the response the failing checks came in).
+    void set_health(Upstream& u, Health h, const std::string& reason, uint64_t now, const std::string& detail = "");
+    void update_tiers();
+    std::vector<std::unique_ptr<Upstream>> ups_;
+};
+
+}  // namespace kprism

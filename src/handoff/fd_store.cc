@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: Apache-2.0
+// Restarts that keep the established connections: SIGTERM under systemd with a file descriptor
+// store hands the listening and connection sockets over to the next process instead of draining.
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <map>
+
+#include "kprism/proxy/connection.h"
+#include "kprism/handoff/record.h"
+#include "kprism/base/log.h"
+#include "kprism/daemon/server.h"
+
+namespace kprism {
+
+namespace {
+
+// How long the stopping process waits for the writes it has queued (bytes it already read) to
+// reach their sockets; a connection whose peer reads nothing meanwhile is reset instead.
+constexpr uint64_t kFlushWaitMs = 2000;
+constexpr uint64_t kFlushPollMs = 10;
+constexpr int kBarrierTimeoutMs = 5000;
+
+// The whole memfd, at most kMaxRecordBytes (+1 so that a larger one fails to parse).
+bool read_record(int fd, std::string& out, std::string& error) {
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) {
+        error = fmt::format("fstat: {}", std::strerror(errno));
+        return false;
+    }
+    size_t size = std::min<size_t>(static_cast<size_t>(std::max<off_t>(st.st_size, 0)), handover::kMaxRecordBytes + 1);
+    out.resize(size);
+    size_t off = 0;
+    while (off < size) {
+        ssize_t n = ::pread(fd, out.data() + off, size - off, static_cast<off_t>(off));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        off += static_cast<size_t>(n);
+    }
+    out.resize(off);
+    return true;
+}
+
+}  // namespace
+
+// Out, step 1: stop accepting (the listening sockets stay open through a duplicate, so clients
+// queue in the backlog), stop reading every connection, close the ones not spliced yet.
+void Server::begin_handover(const char* why) {
+    drop_crash_copy();  // this handover replaces it
+    draining_ = true;
+    handover_.active = true;
+    // In place the PID stays: systemd (if any) sees a reload, ended by the new process's READY=1.
+    if (handover_.in_place) notify::reloading();
+    else notify::stopping();
+    for (auto& l : listeners_) {
+        uv_os_fd_t fd;
+        if (!sd_.socket_activated && l->open && uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) == 0)
+            if (int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3); d >= 0) handover_.listen_fds.push_back(d);
+        l->close();
+    }
+    conns_.for_each([this](Connection* c) {
+        if (!c->closing() && !c->pause_for_handover()) ++handover_.closed_unconnected;
+    });
+    log::info(handover_.in_place ? "restarting in place: handing connections over to the new executable"
+                                 : "shutting down: handing connections over to the next process",
+              {{"signal", why},
+               {"connections", static_cast<uint64_t>(conns_.size() - handover_.closed_unconnected)},
+               {"closed_not_yet_connected", static_cast<uint64_t>(handover_.closed_unconnected)},
+               {"fdstore_max", static_cast<uint64_t>(notify::fdstore_max())}});
+    notify::status(fmt::format("handing over {} connections", conns_.size()));
+    handover_.deadline_ms = uv_now(loop_) + kFlushWaitMs;
+    uv_timer_init(loop_, &handover_.timer);
+    handover_.timer.data = this;
+    uv_timer_start(&handover_.timer, on_handover_timer, 0, kFlushPollMs);
+}
+
+void Server::on_handover_timer(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    bool flushed = true;
+    self->conns_.for_each([&](Connection* c) { flushed = flushed && (c->closing() || c->quiescent()); });
+    if (flushed || uv_now(self->loop_) >= self->handover_.deadline_ms) self->finish_handover();
+}
+
+// Out, step 2: every connection whose queued bytes are written goes into the store with the
+// listeners and the record; then this process closes its copies and exits.
+void Server::finish_handover() {
+    uv_timer_stop(&handover_.timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(&handover_.timer), nullptr);
+    std::vector<handover::Entry> entries;
+    std::vector<int> fds;
+    size_t unflushed = 0, not_passed = 0;
+    std::vector<Connection*> stored, dropped;
+    conns_.for_each([&](Connection* c) {
+        if (c->closing()) return;
+        handover::Entry e;
+        int cf = -1, uf = -1;
+        if (!c->handover_entry(e, cf, uf) || entries.size() >= handover::kMaxEntries) {
+            ++unflushed;
+            dropped.push_back(c);
+        } else {
+            entries.push_back(std::move(e));
+            fds.push_back(cf);
+            fds.push_back(uf);
+            stored.push_back(c);
+        }
+    });
+    // The connection sockets travel queued inside one AF_UNIX socket, and under systemd only that
+    // one goes into the store: systemd 252 compares every descriptor it stores with each one it
+    // holds, which made 2000 sockets cost it 3.3 s of CPU (bench/RESULTS.md, "Restarts").
+    // So does a restart in place: one descriptor to pass however many connections there are.
+    std::string error;
+    size_t sent_fds = 0;
+    int carrier = handover::pack_fds(fds, sent_fds, error);
+    const size_t passed = carrier >= 0 ? sent_fds / 2 : 0;  // connections, two sockets each
+    for (size_t i = passed; i < stored.size(); ++i) dropped.push_back(stored[i]);
+    not_passed = stored.size() - passed;
+    stored.resize(passed);
+    entries.resize(passed);
+    if (!error.empty())
+        log::warn("handover: not every connection could be passed on; those are reset",
+                  {{"passed", static_cast<uint64_t>(passed)}, {"reset", static_cast<uint64_t>(not_passed)},
+                   {"error", error}});
+    error.clear();
+    // Reset: their queued bytes were never written, so the peers must not take the end for a FIN.
+    for (Connection* c : dropped) c->close("handover: not handed over", true, true);
+
+    std::string record = handover::serialize(entries);
+    int mfd = handover::record_memfd(record, error);
+    bool ok = mfd >= 0 && (carrier >= 0 || entries.empty());
+    if (!ok && mfd >= 0) error = "no socket to pass them";
+    if (ok && handover_.in_place) {
+        exec_in_place(handover_.listen_fds, carrier, mfd, entries.size());  // returns only if exec failed
+        exit_code_ = 1;
+        for (Connection* c : stored) c->close("restart in place failed", true, true);
+        if (carrier >= 0) ::close(carrier);
+        ::close(mfd);
+        finish();
+        return;
+    }
+    // The record last: a next process that finds it finds the sockets it names.
+    ok = ok && notify::fdstore(handover::kListenerName, handover_.listen_fds.data(), handover_.listen_fds.size()) &&
+         // FDPOLL=0: its sending end is closed, so it reports POLLHUP, which would make systemd drop it.
+         (carrier < 0 || notify::fdstore(handover::kConnectionName, &carrier, 1, false)) &&
+         notify::fdstore(handover::kStateName, &mfd, 1);
+    if (!ok && error.empty()) error = "sending to systemd's notify socket failed";
+    bool barrier = ok && notify::barrier(kBarrierTimeoutMs);
+    if (mfd >= 0) ::close(mfd);
+    if (carrier >= 0) ::close(carrier);
+    for (int fd : handover_.listen_fds) ::close(fd);
+    handover_.listen_fds.clear();
+    // Our copies only: systemd holds the sockets until the next process takes them.
+    for (Connection* c : stored) c->close("handed over");
+    if (ok)
+        log::info("handed over to the next process",
+                  {{"connections", static_cast<uint64_t>(entries.size())},
+                   {"reset_unflushed", static_cast<uint64_t>(unflushed)},
+                   {"reset_not_passed", static_cast<uint64_t>(not_passed)},
+                   {"record_bytes", static_cast<uint64_t>(record.size())},
+                   {"systemd_confirmed", barrier}});
+    else
+        log::warn("handover failed: connections closed", {{"connections", static_cast<uint64_t>(entries.size())},
+                                                           {"error", error}});
+    finish();
+}
+
+// In: a passed listening socket for `addr`. The others are closed by resume_handover().
+int Server::take_handover_listener(const sockaddr_storage& addr) {
+    std::string want = sockaddr_str(addr);
+    for (auto it = handover_.passed.begin(); it != handover_.passed.end(); ++it) {
+        if ((it->name != handover::kListenerName && it->name != handover::kCrashListenerName) ||
+            handover::local_address(it->fd) != want)
+            continue;
+        int fd = it->fd;
+        handover_.passed.erase(it);
+        return fd;
+    }
+    return -1;
+}
+
+// In: the record says which passed sockets pair up; each pair whose upstream is still configured
+// resumes splicing. Whatever does not match is closed (its client reconnects), with one line.
+// After a crash there is no handover record but the crash copy (server_crash.cc): one generation,
+// or two when the crash came between storing one and removing the other.
+void Server::resume_handover() {
+    if (handover_.passed.empty()) return;
+    for (std::string_view name : {handover::kListenerName, handover::kConnectionName, handover::kStateName})
+        notify::fdstore_remove(name);
+    for (const std::string& name : handover::crash_names()) notify::fdstore_remove(name);
+    std::vector<notify::ListenFd> passed = std::move(handover_.passed);
+    handover_.passed.clear();
+    std::string record, error;
+    std::vector<std::string> crash_records;
+    size_t states = 0, unused_listeners = 0;
+    std::map<std::string, int> socks;  // "local peer" -> fd
+    for (const notify::ListenFd& p : passed) {
+        if (p.name == handover::kStateName) {
+            if (states++ == 0 && !read_record(p.fd, record, error)) record.clear();
+            ::close(p.fd);
+        } else if (p.name.starts_with(handover::kCrashStatePrefix)) {
+            std::string r, e;
+            if (read_record(p.fd, r, e)) crash_records.push_back(std::move(r));
+            ::close(p.fd);
+        } else if (p.name == handover::kListenerName || p.name == handover::kCrashListenerName) {
+            ++unused_listeners;  // not (or no longer) a configured address
+            ::close(p.fd);
+        } else {  // an AF_UNIX socket carrying connection sockets: the handover's or a crash copy's
+            bool truncated = false;
+            for (int fd : handover::unpack_fds(p.fd, truncated)) {
+                std::string local = handover::local_address(fd), peer = handover::peer_address(fd);
+                if (local.empty() || peer.empty() || !socks.emplace(local + " " + peer, fd).second) ::close(fd);
+            }
+            ::close(p.fd);
+            if (truncated)
+                log::warn("handover: some connection sockets could not be received (RLIMIT_NOFILE?); their "
+                          "connections are closed");
+        }
+    }
+    if (states == 0 && crash_records.empty() && socks.empty()) return;  // only listeners (a crash copy's)
+    const bool after_crash = states == 0 && !crash_records.empty();
+    std::vector<handover::Entry> entries;
+    if (after_crash) {
+        std::string why;
+        entries = handover::merge(crash_records, why);
+        if (!why.empty()) error = "crash copy: " + why;
+    } else if (states != 1) {
+        error = fmt::format("{} records passed, not one", states);
+    } else if (error.empty()) {
+        handover::parse(record, entries, error);
+    }
+    size_t resumed = 0, unmatched = 0;
+    auto take = [&](const std::string& local, const std::string& peer) {
+        auto it = socks.find(local + " " + peer);
+        if (it == socks.end()) return -1;
+        int fd = it->second;
+        socks.erase(it);
+        return fd;
+    };
+    for (const handover::Entry& e : entries) {
+        int cf = take(e.client_local, e.client_peer), uf = take(e.upstream_local, e.upstream_peer);
+        Upstream* up = nullptr;
+        UpstreamPool& pool = control_.upstreams();
+        for (size_t i = 0; i < pool.size() && !up; ++i)
+            if (!pool[i].removed && pool[i].name == e.upstream) up = &pool[i];
+        if (cf < 0 || uf < 0 || !up) {
+            ++unmatched;
+            if (cf >= 0) ::close(cf);
+            if (uf >= 0) ::close(uf);
+            continue;
+        }
+        if (Connection::resume(*this, cf, uf, *up, e)) ++resumed;
+    }
+    size_t stray = socks.size();
+    for (auto& [key, fd] : socks) ::close(fd);
+    if (!error.empty())
+        log::warn("handover record ignored: its connections are closed and their clients reconnect",
+                  {{"reason", error}, {"sockets_closed", static_cast<uint64_t>(stray)}});
+    log::info(after_crash ? "resumed connections kept from before a crash (keep_on_crash)"
+                          : "resumed connections handed over by the previous process",
+              {{"resumed", static_cast<uint64_t>(resumed)},
+               {"closed_unmatched", static_cast<uint64_t>(unmatched)},
+               {"closed_without_entry", static_cast<uint64_t>(error.empty() ? stray : 0)},
+               {"listeners_not_configured", static_cast<uint64_t>(unused_listeners)}});
+}
+
+}  // namespace kprism

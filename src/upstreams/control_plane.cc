@@ -1,0 +1,593 @@
+// SPDX-License-Identifier: Apache-2.0
+// Health bookkeeping: checkers and their results, passive failures, hostname resolution, up/down
+// changes, closes on down, no-ready episodes, the credentials condition's consequences, and
+// applying a reloaded endpoint list.
+#include "kprism/upstreams/control_plane.h"
+
+#include <fmt/format.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+#include <type_traits>
+
+#include "kprism/proxy/connection.h"
+#include "kprism/discovery/discovery.h"
+#include "kprism/base/log.h"
+#include "kprism/base/random.h"
+#include "kprism/daemon/server.h"
+
+#ifndef KPRISM_STATIC
+#define KPRISM_STATIC 0  // 1 in `make static` builds (see Makefile)
+#endif
+
+namespace kprism {
+
+ControlPlane::ControlPlane(Server& srv, Stats& stats)
+    : srv_(srv), stats_(stats) {
+    const Config& cfg = srv.config();
+    tls_ = std::make_unique<TlsClientContext>(cfg.s.client_cert, cfg.s.client_key, cfg.s.ca_file);
+    for (const auto& e : cfg.endpoints) ups_.add(e.addr, e.zone, e.server_name);
+    ups_.node_zone = cfg.s.zone;
+    ups_.policy.rise = static_cast<uint32_t>(cfg.s.health_rise);
+    ups_.policy.fall = static_cast<uint32_t>(cfg.s.health_fall);
+    ups_.on_change = [this](Upstream& u, Health old) { on_health_change(u, old); };
+}
+
+ControlPlane::~ControlPlane() = default;
+
+uv_loop_t* ControlPlane::loop() const { return srv_.loop(); }
+const Config& ControlPlane::config() const { return srv_.config(); }
+
+void ControlPlane::start() {
+    uv_timer_init(loop(), &resolve_timer_);
+    resolve_timer_.data = this;
+    uv_timer_init(loop(), &hold_timer_);
+    hold_timer_.data = this;
+    uv_timer_init(loop(), &trim_timer_);
+    trim_timer_.data = this;
+    started_ = true;
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        if (!ups_[i].addr.is_ip) resolve(ups_[i]);
+        else refuse_if_own(ups_[i]);
+    }
+    arm_resolve_timer(config());
+    // First probes spread over up to a second (kprism restarts on many nodes at once after a
+    // rollout); after that every checker drifts on its own jittered period.
+    for (size_t i = 0; i < ups_.size(); ++i)
+        start_checker(ups_[i], random_below(std::min<uint64_t>(1000, config().s.health_interval.count())));
+    if (config().s.discovery_enabled) start_discovery();
+}
+
+void ControlPlane::close() {
+    if (closed_) return;
+    closed_ = true;
+    if (discovery_) discovery_->close();
+    for (auto& c : checkers_)
+        if (c) c->close();
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
+    if (started_) {
+        uv_close(reinterpret_cast<uv_handle_t*>(&resolve_timer_), nullptr);
+        uv_close(reinterpret_cast<uv_handle_t*>(&hold_timer_), nullptr);
+        uv_close(reinterpret_cast<uv_handle_t*>(&trim_timer_), nullptr);
+    }
+}
+
+void ControlPlane::start_checker(Upstream& u, uint64_t first_delay_ms) {
+    if (checkers_.size() <= u.index) checkers_.resize(u.index + 1);
+    stop_checker(u);
+    checkers_[u.index] = std::make_unique<HealthChecker>(*this, u);
+    checkers_[u.index]->start(first_delay_ms);
+}
+
+void ControlPlane::stop_checker(Upstream& u) {
+    if (u.index >= checkers_.size() || !checkers_[u.index]) return;
+    checkers_[u.index]->close();
+    if (checkers_[u.index]->closed()) checkers_[u.index].reset();  // never started: no callback to wait for
+    else retired_checkers_.push_back(std::move(checkers_[u.index]));
+}
+
+void ControlPlane::checker_closed(HealthChecker* c) {
+    auto it = std::find_if(retired_checkers_.begin(), retired_checkers_.end(),
+                           [c](const std::unique_ptr<HealthChecker>& p) { return p.get() == c; });
+    if (it == retired_checkers_.end()) return;  // closed by close(): freed with the ControlPlane
+    std::swap(*it, retired_checkers_.back());
+    retired_checkers_.pop_back();
+    // The first emptying since the last trim starts the timer; a pending one is not re-armed.
+    if (retired_checkers_.empty() && started_ && !closed_ &&
+        !uv_is_active(reinterpret_cast<uv_handle_t*>(&trim_timer_)))
+        uv_timer_start(&trim_timer_, on_trim_timer, kTrimDelayMs, 0);
+}
+
+void ControlPlane::on_trim_timer(uv_timer_t*) {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
+size_t ControlPlane::checkers_allocated() const {
+    size_t n = retired_checkers_.size();
+    for (const auto& c : checkers_) n += c != nullptr;
+    return n;
+}
+
+bool ControlPlane::all_judged() const {
+    if (creds_.rejected()) return true;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].removed && ups_[i].health == Health::unknown) return false;
+    return true;
+}
+
+bool ControlPlane::fallback_allowed() const {
+    return config().fail_mode == FailMode::open || tls_->get() == nullptr || ups_.up_count() > 0 || creds_.rejected();
+}
+
+std::string ControlPlane::summary() const {
+    size_t live = 0;
+    for (size_t i = 0; i < ups_.size(); ++i) live += !ups_[i].removed;
+    size_t up = ups_.up_count();
+    std::string s = fmt::format("{}/{} upstreams ready", up, live);
+    if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
+    if (creds_.rejected()) s += ", client certificate rejected";
+    return s;
+}
+
+void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& error, bool explicit_down,
+                                uint64_t generation, const FailingChecks& checks) {
+    uint64_t now = uv_now(loop());
+    ProbeMark prev = u.probe;
+    u.probe = ProbeMark{true, r, now, generation};
+    Credentials::Outcome out = creds_.on_result(ups_, u, prev, now, tls_->generation());
+    if (cert_verdict_of(r) == CertVerdict::accepted && generation == tls_->generation()) u.rejection_logged = false;
+    const bool first_pass = !u.passed_check;
+    if (out.hold) ups_.note(u, r, error, now, checks);
+    else ups_.record(u, r, error, explicit_down, now, checks);
+    if (first_pass && u.passed_check && discovery_ && in_discovered(u)) write_snapshot();  // now a checked member
+    on_credentials(out, u, now);
+    review();
+}
+
+SSL_CTX* ControlPlane::refresh_tls(uint64_t now_ms) {
+    SSL_CTX* ctx = tls_->refresh(now_ms);
+    if (tls_->generation() == tls_generation_seen_) return ctx;
+    const bool first = tls_generation_seen_ == 0;
+    tls_generation_seen_ = tls_->generation();
+    if (first) return ctx;
+    for (size_t i = 0; i < ups_.size(); ++i) ups_[i].rejection_logged = false;
+    if (creds_.on_rotation()) {
+        log::info("client certificate no longer rejected: it rotated; checking every apiserver again",
+                  {{"reason", "rotated"}, {"client_cert", config().s.client_cert}, {"subject", tls_->subject()}});
+        srv_.health_changed();
+    }
+    check_all_soon(nullptr);
+    return ctx;
+}
+
+void ControlPlane::check_all_soon(const Upstream* except) {
+    for (size_t i = 0; i < checkers_.size(); ++i)
+        if (checkers_[i] && (!except || except->index != i)) checkers_[i]->check_soon();
+}
+
+// What follows from a step of the credentials condition (credentials.h).
+void ControlPlane::on_credentials(const Credentials::Outcome& out, Upstream& u, uint64_t now) {
+    switch (out.event) {
+    case Credentials::Event::none: return;
+    case Credentials::Event::round_started: check_all_soon(&u); return;
+    case Credentials::Event::entered:
+        log_rejected_by_all(u);
+        srv_.health_changed();
+        return;
+    case Credentials::Event::left:
+        log::info("client certificate no longer rejected: an apiserver accepts it",
+                  {{"reason", "accepted"}, {"upstream", u.name}});
+        srv_.health_changed();
+        return;
+    case Credentials::Event::partial: break;
+    }
+    // Some apiservers accept the certificate: those that rejected it in the round are
+    // misconfigured for this node, and their rejections count as failed checks after all.
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& w = ups_[i];
+        const ProbeMark& m = w.probe;
+        if (w.removed || !m.has || m.result != CheckResult::unauthorized || m.at_ms < out.round_start_ms ||
+            m.generation != tls_->generation())
+            continue;
+        if (!w.rejection_logged)
+            log::error("health check unauthorized: the apiserver does not accept kprism's client certificate, "
+                       "others do; this is a misconfiguration, not an unready apiserver",
+                       {{"upstream", w.name}, {"error", w.last_error}, {"client_cert", config().s.client_cert},
+                        {"subject", tls_->subject()}});
+        w.rejection_logged = true;
+        if (&w != &u || out.hold) ups_.apply(w, CheckResult::unauthorized, w.last_error, false, now, true);
+    }
+}
+
+// The one line of the condition: who the certificate is and when it ends, not per upstream.
+void ControlPlane::log_rejected_by_all(const Upstream& u) const {
+    size_t rejecting = 0;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        rejecting += !ups_[i].removed && ups_[i].probe.has && ups_[i].probe.result == CheckResult::unauthorized;
+    const int64_t not_after = tls_->not_after();
+    const int64_t remaining = not_after - static_cast<int64_t>(std::time(nullptr));
+    char expiry[32] = "?";
+    auto na = static_cast<time_t>(not_after);
+    struct tm tm {};
+    if (not_after != 0 && gmtime_r(&na, &tm)) strftime(expiry, sizeof expiry, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    log::error("client certificate rejected by every apiserver: the node's credentials, not the apiservers; "
+               "failing open, no connection is closed",
+               {{"client_cert", config().s.client_cert},
+                {"subject", tls_->subject()},
+                {"not_after", expiry},
+                {"expired", not_after != 0 && remaining <= 0},
+                {"remaining", format_duration(Duration{remaining * 1000})},
+                {"upstreams", static_cast<uint64_t>(rejecting)},
+                {"error", u.last_error}});
+}
+
+void ControlPlane::passive_failure(Upstream& u, ConnectFailure why, std::string_view detail,
+                                   uint64_t attempt_started_ms) {
+    uint64_t now = uv_now(loop());
+    ++stats_.connect_failures;
+    ups_.connect_failed(u, why, detail, now);
+    // Without a client certificate there are no checks, so passive failures only order the fallback.
+    // An attempt that began before the upstream's health last changed says nothing about it now:
+    // after an outage, failing open, the connects that hung on it while it was unreachable time
+    // out just after it came back up and would take it down again at once (flapping).
+    bool stale = u.last_change_ms > attempt_started_ms;
+    if (tls_->get() && u.health != Health::down && !stale)
+        ups_.record(u, check_result_of(why), fmt::format("client connection: {}", detail), false, now);
+    if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
+    review();
+}
+
+void ControlPlane::note_closed_for_down() { ++stats_.closed_for_down; }
+
+// A burst of connections ended by the apiserver says more than one: it may be shutting down (its
+// /readyz then fails "shutdown") or shedding connections. Young connections do not count: a
+// client's short request on a "Connection: close" answer ends on the server's side too.
+void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
+    static_assert(std::extent_v<decltype(Upstream::upstream_ends_ms)> == kCloseBurst);
+    if (age_ms < kCloseBurstMinAgeMs) return;
+    uint64_t now = uv_now(loop());
+    u.upstream_ends_ms[u.upstream_ends_next] = now;
+    u.upstream_ends_next = static_cast<uint8_t>((u.upstream_ends_next + 1) % kCloseBurst);
+    for (uint64_t t : u.upstream_ends_ms)
+        if (t == 0 || now - t > kCloseBurstWindowMs) return;
+    std::fill(std::begin(u.upstream_ends_ms), std::end(u.upstream_ends_ms), 0);  // one check per burst
+    ++u.close_bursts;
+    log::info("upstream closed many connections at once: checking it now",
+              {{"upstream", u.name}, {"closed", static_cast<uint64_t>(kCloseBurst)},
+               {"within", format_duration(Duration{static_cast<int64_t>(kCloseBurstWindowMs)})}});
+    if (u.index < checkers_.size() && checkers_[u.index]) checkers_[u.index]->check_soon();
+}
+
+// The one line per no-ready episode; down for etcd, the closes wait to tell one apiserver without
+// etcd from all of them (hold_closes). The closes themselves follow from review()'s rule.
+void ControlPlane::on_health_change(Upstream& u, Health old) {
+    size_t up = ups_.up_count();
+    if (discovery_ && u.health == Health::down) discovery_->upstream_down(u);
+    if (u.health == Health::up) settle_departures();
+    if (u.health != Health::down) {
+        u.close_held_since_ms = 0;
+        u.close_hold = nullptr;
+    }
+    if (u.health == Health::down && config().s.close_on_down && u.failing_checks.etcd() && !etcd_quorum_lost_)
+        hold_closes(u);
+    if (up == 0 && (all_judged() || old == Health::up) && !failing_open_) {
+        failing_open_ = true;
+        ++stats_.fail_open_episodes;
+        log::error(config().fail_mode == FailMode::open
+                       ? "no upstream ready: failing open, connections go to every endpoint"
+                       : "no upstream ready: failing closed, new connections are refused",
+                   {{"upstreams", static_cast<uint64_t>(ups_.size())}});
+    } else if (up > 0 && failing_open_) {
+        failing_open_ = false;
+        log::info("an upstream is ready again: no-ready episode over", {{"upstream", u.name}});
+    }
+    srv_.health_changed();
+}
+
+void ControlPlane::hold_closes(Upstream& u) {
+    u.close_held_since_ms = std::max<uint64_t>(uv_now(loop()), 1);
+    KPRISM_DEBUG("down for etcd: closes wait for the other upstreams' checks", {{"upstream", u.name}});
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (&ups_[i] != &u && !ups_[i].removed && i < checkers_.size() && checkers_[i])
+            checkers_[i]->check_soon(true, false);
+    arm_hold_timer();
+}
+
+// Quorum: every live upstream down for etcd is one event, logged once with its end; nothing is
+// closed meanwhile (there is nowhere better to go). A held upstream whose peers have all answered
+// since (or whose hold ran out) without that is one apiserver losing etcd: its closes go ahead.
+void ControlPlane::review() {
+    size_t live = 0, etcd_down = 0;
+    std::string names;
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        const Upstream& v = ups_[i];
+        if (v.removed) continue;
+        ++live;
+        if (v.health == Health::down && v.failing_checks.etcd()) {
+            ++etcd_down;
+            names += (names.empty() ? "" : ",") + v.name;
+        }
+    }
+    if (!etcd_quorum_lost_ && live > 0 && etcd_down == live) {
+        etcd_quorum_lost_ = true;
+        log::error("control plane has no etcd quorum: every apiserver fails its etcd checks; closing nothing, "
+                   "connections go to every endpoint until one is ready",
+                   {{"upstreams", names}});
+    } else if (etcd_quorum_lost_ && ups_.up_count() > 0) {
+        etcd_quorum_lost_ = false;
+        std::string first;
+        for (size_t i = 0; i < ups_.size() && first.empty(); ++i)
+            if (!ups_[i].removed && ups_[i].health == Health::up) first = ups_[i].name;
+        log::info("control plane has etcd quorum again: an apiserver is ready", {{"upstream", first}});
+    }
+    const uint64_t now = uv_now(loop());
+    const auto hold = 2 * static_cast<uint64_t>(config().s.health_fast_interval.count());
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& u = ups_[i];
+        if (u.close_held_since_ms == 0) continue;
+        if (u.health != Health::down || u.removed || etcd_quorum_lost_) {
+            u.close_held_since_ms = 0;
+            continue;
+        }
+        bool peers_answered = true;
+        for (size_t j = 0; j < ups_.size(); ++j)
+            if (j != i && !ups_[j].removed && ups_[j].last_result_ms <= u.close_held_since_ms) peers_answered = false;
+        if (!peers_answered && now - u.close_held_since_ms < hold) continue;
+        u.close_held_since_ms = 0;
+    }
+    arm_hold_timer();
+    close_stranded();
+}
+
+void ControlPlane::arm_hold_timer() {
+    if (!started_ || closed_) return;
+    const auto hold = 2 * static_cast<uint64_t>(config().s.health_fast_interval.count());
+    const uint64_t now = uv_now(loop());
+    uint64_t due = UINT64_MAX;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (ups_[i].close_held_since_ms != 0) due = std::min(due, ups_[i].close_held_since_ms + hold);
+    if (due == UINT64_MAX) {
+        uv_timer_stop(&hold_timer_);
+        return;
+    }
+    uv_timer_start(&hold_timer_, on_hold_timer, due > now ? due - now : 0, 0);
+}
+
+void ControlPlane::on_hold_timer(uv_timer_t* t) { static_cast<ControlPlane*>(t->data)->review(); }
+
+// Why the connections of a down upstream stay where they are now; nullptr: they may be closed.
+// The holds kprism(8) documents, each until its condition ends.
+const char* ControlPlane::close_hold(const Upstream& u) const {
+    // Every apiserver rejects the certificate: the checks cannot judge the apiservers.
+    if (creds_.rejected()) return "client certificate rejected by every apiserver";
+    // Implies none up, but it is its own episode, logged with its end.
+    if (etcd_quorum_lost_) return "no etcd quorum";
+    if (ups_.up_count() == 0) return "no other upstream is up";
+    // A rejected client certificate says nothing about the connections kubelet holds there: it
+    // presents its own certificate and is already through.
+    if (u.down_reason == DownReason::unauthorized) return "it rejects kprism's client certificate, not its clients'";
+    if (u.close_held_since_ms != 0) return "down for etcd; waiting for the other upstreams' checks";
+    return nullptr;
+}
+
+bool ControlPlane::may_close_for_down(const Upstream& u) const {
+    return config().s.close_on_down && u.health == Health::down && !u.removed && !close_hold(u);
+}
+
+// The rule: once some upstream is up, no connection stays on a down one beyond close_spread (or
+// the pace, for many), but during a hold of close_hold(). Run after every result (review()), so
+// the end of a hold, another upstream coming up and a connection that became closable are all
+// seen here. Connections already due to close for being down keep their moment.
+void ControlPlane::close_stranded() {
+    if (!config().s.close_on_down) return;
+    bool any = false;
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        Upstream& u = ups_[i];
+        if (u.removed || u.health != Health::down || u.active == 0) continue;
+        const char* hold = close_hold(u);
+        if (hold && hold != u.close_hold)
+            log::warn("not closing connections of the down upstream",
+                      {{"upstream", u.name}, {"connections", u.active}, {"reason", hold}});
+        u.close_hold = hold;
+        any = any || !hold;
+    }
+    if (!any) return;
+    std::vector<Connection*> due;
+    srv_.connections().for_each([&](Connection* c) {
+        Upstream* u = c->upstream();
+        if (u && u->health == Health::down && !u->removed && !u->close_hold && c->splicing() && !c->closing() &&
+            !c->down_pending())
+            due.push_back(c);
+    });
+    if (due.empty()) return;
+    // Each close at a random moment within close_spread, but never sooner than kDownCloseGapMs
+    // after the one before it, whichever check scheduled that: one pace across all batches.
+    const uint64_t now = uv_now(loop());
+    const auto spread = static_cast<uint64_t>(config().s.close_spread.count());
+    std::vector<uint64_t> at(due.size());
+    for (auto& a : at) a = now + (spread ? random_below(spread) : 0);
+    std::sort(at.begin(), at.end());
+    std::vector<uint32_t> per(ups_.size(), 0);
+    uint64_t last = now;
+    for (size_t i = 0; i < due.size(); ++i) {
+        const uint64_t when = std::max(at[i], next_down_close_ms_);
+        if (!due[i]->close_later_for_down(when - now)) continue;
+        ++per[due[i]->upstream()->index];
+        next_down_close_ms_ = when + kDownCloseGapMs;
+        last = when;
+    }
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (per[i] > 0)
+            log::info("closing connections of the down upstream",
+                      {{"upstream", ups_[i].name}, {"connections", per[i]},
+                       {"spread", format_duration(Duration{static_cast<int64_t>(last - now)})}});
+}
+
+void ControlPlane::reconfigure(const Config& next, std::string& summary) {
+    reconfigure_endpoints(next, summary);
+    const Settings& now = config().s;
+    if (next.s.client_cert != now.client_cert || next.s.client_key != now.client_key || next.s.ca_file != now.ca_file) {
+        tls_ = std::make_unique<TlsClientContext>(next.s.client_cert, next.s.client_key, next.s.ca_file);
+        summary += " tls_files=changed";
+    } else {
+        tls_->reread();  // SIGHUP also re-reads the certificates
+    }
+    ups_.node_zone = next.s.zone;
+    ups_.policy.rise = static_cast<uint32_t>(next.s.health_rise);
+    ups_.policy.fall = static_cast<uint32_t>(next.s.health_fall);
+}
+
+// Endpoints kept stay as they are (state, connections); new ones are checked at once; removed
+// ones take no new connections and their connections drain for up to drain_timeout.
+void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summary) {
+    std::vector<bool> keep(ups_.size(), false);
+    for (const auto& e : next.endpoints) {
+        if (Upstream* u = ups_.find(e.addr)) {
+            keep[u->index] = true;
+            u->zone = e.zone;
+            u->server_name = e.server_name;
+            u->source = Source::configured;
+        }
+    }
+    auto drain = static_cast<uint64_t>(next.s.drain_timeout.count());
+    for (size_t i = 0; i < keep.size(); ++i) {
+        Upstream& u = ups_[i];
+        if (keep[i] || u.removed) continue;
+        if (discovery_ && in_discovered(u)) {  // no longer configured, still in the slices
+            if (u.source == Source::configured) u.source = Source::discovered;
+            continue;
+        }
+        if (u.source != Source::configured) continue;  // discovery decides about its own
+        summary += " endpoint_removed=" + u.name;
+        remove_upstream(u, "endpoint removed; its connections drain", drain);
+    }
+    for (const auto& e : next.endpoints) {
+        if (ups_.find(e.addr)) continue;
+        Upstream* u = ups_.add(e.addr, e.zone, e.server_name);
+        if (!u) {  // validation caps endpoints at kMaxUpstreams, but removed ones may still hold slots
+            log::error("endpoint not added: every slot is held by a draining endpoint", {{"upstream", e.addr.str()}});
+            continue;
+        }
+        summary += " endpoint_added=" + u->name;
+        log::info("endpoint added", {{"upstream", u->name}});
+        if (!u->addr.is_ip) resolve(*u);
+        else refuse_if_own(*u);
+        start_checker(*u, random_below(200));
+    }
+    arm_resolve_timer(next);
+}
+
+void ControlPlane::refuse_if_own(Upstream& u) {
+    if (!u.resolved || !own_listeners().contains(as_sockaddr(u.sa))) return;
+    log::error("endpoint is an address kprism listens on; kprism never connects to itself",
+               {{"upstream", u.name}, {"address", sockaddr_str(u.sa)}});
+    u.resolved = false;
+    u.resolved_to_self = sockaddr_str(u.sa);
+}
+
+// Re-resolution runs only while some endpoint is a hostname, every resolve_interval.
+void ControlPlane::arm_resolve_timer(const Config& cfg) {
+    if (!started_ || closed_) return;  // the timer exists only between start() and close()
+    bool any_hostname = false;
+    for (size_t i = 0; i < ups_.size(); ++i) any_hostname = any_hostname || (!ups_[i].removed && !ups_[i].addr.is_ip);
+    if (!any_hostname) {
+        uv_timer_stop(&resolve_timer_);
+        return;
+    }
+    auto every = static_cast<uint64_t>(cfg.s.resolve_interval.count());
+    if (uv_is_active(reinterpret_cast<uv_handle_t*>(&resolve_timer_)) && uv_timer_get_repeat(&resolve_timer_) == every)
+        return;
+    uv_timer_start(&resolve_timer_, on_resolve_timer, every, every);
+}
+
+void ControlPlane::on_resolve_timer(uv_timer_t* t) {
+    auto* self = static_cast<ControlPlane*>(t->data);
+    for (size_t i = 0; i < self->ups_.size(); ++i)
+        if (!self->ups_[i].addr.is_ip && !self->ups_[i].removed) self->resolve(self->ups_[i]);
+}
+
+void ControlPlane::resolve(Upstream& u) {
+#if KPRISM_STATIC
+    // Static build: validation rejects hostname endpoints, so this is never reached, and
+    // uv_getaddrinfo (glibc getaddrinfo, which needs NSS modules) is not linked in at all.
+    log::error("cannot resolve endpoint: this static build cannot resolve names", {{"upstream", u.name}});
+}
+#else
+    if (u.resolving) return;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    u.resolve_req.data = this;
+    if (int r = uv_getaddrinfo(loop(), &u.resolve_req, on_resolved, u.addr.host.c_str(), nullptr, &hints); r != 0) {
+        log::warn("cannot resolve endpoint", {{"upstream", u.name}, {"error", uv_strerror(r)}});
+        return;
+    }
+    u.resolving = true;
+}
+
+void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res) {
+    auto* self = static_cast<ControlPlane*>(req->data);
+    Upstream* u = nullptr;
+    for (size_t i = 0; i < self->ups_.size(); ++i)
+        if (&self->ups_[i].resolve_req == req) u = &self->ups_[i];
+    u->resolving = false;
+    if (status == UV_ECANCELED || self->closed_) {
+        uv_freeaddrinfo(res);
+        return;
+    }
+    if (status != 0 || !res) {
+        // DNS may come up after kprism: warn once, keep the other upstreams, retry on the timer.
+        if (!u->resolve_failed_logged)
+            log::warn("cannot resolve endpoint; will retry",
+                      {{"upstream", u->name}, {"error", uv_strerror(status)},
+                       {"retry_in", format_duration(self->config().s.resolve_interval)}});
+        u->resolve_failed_logged = true;
+        uv_freeaddrinfo(res);
+        return;
+    }
+    // The first address that is not one of kprism's own listeners: a name that resolves to
+    // kprism itself would nest each client connection into kprism.
+    const OwnListeners& own = self->own_listeners();
+    sockaddr_storage ss{};
+    bool found = false;
+    std::string skipped;
+    for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
+        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
+        sockaddr_storage cand{};
+        std::memcpy(&cand, ai->ai_addr, ai->ai_addrlen);
+        reinterpret_cast<sockaddr_in*>(&cand)->sin_port = htons(u->addr.port);  // same offset for v6
+        if (own.contains(as_sockaddr(cand))) {
+            skipped += (skipped.empty() ? "" : ",") + sockaddr_str(cand);
+            continue;
+        }
+        ss = cand;
+        found = true;
+    }
+    if (skipped != u->resolved_to_self) {
+        if (!skipped.empty())
+            log::warn("endpoint resolves to an address kprism listens on; skipping that address",
+                      {{"upstream", u->name}, {"address", skipped}});
+        u->resolved_to_self = skipped;
+    }
+    if (!found) {
+        u->resolved = false;
+        uv_freeaddrinfo(res);
+        return;
+    }
+    std::string now = sockaddr_str(ss);
+    if (!u->resolved || sockaddr_str(u->sa) != now)
+        log::info("endpoint resolved", {{"upstream", u->name}, {"address", now}});
+    u->sa = ss;
+    u->resolved = true;
+    u->resolve_failed_logged = false;
+    uv_freeaddrinfo(res);
+}
+#endif  // KPRISM_STATIC
+
+}  // namespace kprism

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: Apache-2.0
+// Loading and hot-reloading the client certificate, key and CA for readiness checks.
+#include "kprism/upstreams/tls_context.h"
+
+#include <fmt/format.h>
+#include <openssl/err.h>
+#include <openssl/x509.h>
+
+#include <ctime>
+
+#include "kprism/base/log.h"
+
+namespace kprism {
+
+FileStamp FileStamp::of(const std::string& path) {
+    FileStamp f;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return f;
+    f.exists = true;
+    f.dev = st.st_dev;
+    f.ino = st.st_ino;
+    f.size = st.st_size;
+    f.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+    return f;
+}
+
+std::string openssl_error() {
+    unsigned long e = ERR_get_error();
+    unsigned long last = e;
+    while (e != 0) {
+        last = e;
+        e = ERR_get_error();
+    }
+    if (last == 0) return "unknown TLS error";
+    char buf[256];
+    ERR_error_string_n(last, buf, sizeof buf);
+    return buf;
+}
+
+static std::string asn1_time_str(const ASN1_TIME* t, int64_t* unix_out) {
+    struct tm tm {};
+    if (!t || ASN1_TIME_to_tm(t, &tm) != 1) return "?";
+    if (unix_out) *unix_out = static_cast<int64_t>(timegm(&tm));
+    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                       tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+// The key's permission bits, checked at every load: a key that other users may read or write is
+// logged as a warning with its name and mode (never anything of its content).
+static void warn_if_key_exposed(const std::string& key) {
+    struct stat st;
+    if (::stat(key.c_str(), &st) != 0 || (st.st_mode & S_IRWXO) == 0) return;
+    log::warn("client key file is accessible to other users; remove their access (chmod o-rwx)",
+              {{"file", key}, {"mode", fmt::format("{:04o}", st.st_mode & 07777)}});
+}
+
+SSL_CTX* TlsClientContext::build(const std::string& cert, const std::string& key, const std::string& ca,
+                                 std::string* err, std::string* subject, int64_t* not_after) {
+    ERR_clear_error();
+    SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+    auto bad = [&](std::string what) -> SSL_CTX* {
+        *err = fmt::format("{}: {}", what, openssl_error());
+        SSL_CTX_free(ctx);
+        return nullptr;
+    };
+    if (!ctx) return bad("cannot create TLS context");
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    // An encrypted key fails to load instead of making OpenSSL's default password callback ask for a
+    // pass phrase on the terminal (or standard input), blocking the event loop until someone answers.
+    // Found by tests/fuzz/pem_fuzz.cc.
+    SSL_CTX_set_default_passwd_cb(ctx, [](char*, int, int, void*) { return 0; });
+    // Client-side session cache for resumption; the checker stores sessions itself, per upstream.
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    if (SSL_CTX_load_verify_locations(ctx, ca.c_str(), nullptr) != 1) return bad(fmt::format("CA file {}", ca));
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert.c_str()) != 1)
+        return bad(fmt::format("client certificate {}", cert));
+    if (SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM) != 1)
+        return bad(fmt::format("client key {}", key));
+    if (SSL_CTX_check_private_key(ctx) != 1) return bad("client key does not match the certificate");
+    if (X509* x = SSL_CTX_get0_certificate(ctx)) {
+        if (subject) {
+            char buf[512];
+            X509_NAME_oneline(X509_get_subject_name(x), buf, sizeof buf);
+            *subject = buf;
+        }
+        int64_t na = 0;
+        asn1_time_str(X509_get0_notAfter(x), &na);
+        if (not_after) *not_after = na;
+    }
+    return ctx;
+}
+
+TlsClientContext::TlsClientContext(std::string cert, std::string key, std::string ca)
+    : cert_(std::move(cert)), key_(std::move(key)), ca_(std::move(ca)) {}
+
+TlsClientContext::~TlsClientContext() { SSL_CTX_free(ctx_); }
+
+SSL_CTX* TlsClientContext::refresh(uint64_t now_ms) {
+    if (stamped_ && now_ms - last_check_ms_ < 1000) return ctx_;
+    last_check_ms_ = now_ms;
+    FileStamp c = FileStamp::of(cert_), k = FileStamp::of(key_), a = FileStamp::of(ca_);
+    if (stamped_ && c == cert_st_ && k == key_st_ && a == ca_st_) return ctx_;
+    stamped_ = true;
+    cert_st_ = c;
+    key_st_ = k;
+    ca_st_ = a;
+    if (!c.exists || !k.exists || !a.exists) {
+        std::string missing = !c.exists ? cert_ : !k.exists ? key_ : ca_;
+        error_ = fmt::format("{} does not exist", missing);
+        if (ctx_)
+            log::warn("TLS file vanished; keeping the loaded client certificate", {{"file", missing}});
+        else
+            log::warn("health checks paused: no client certificate yet (kubelet TLS bootstrap?); connections go "
+                      "to every endpoint until it appears",
+                      {{"missing", missing}});
+        return ctx_;
+    }
+    warn_if_key_exposed(key_);
+    std::string err, subject;
+    int64_t not_after = 0;
+    SSL_CTX* fresh = build(cert_, key_, ca_, &err, &subject, &not_after);
+    if (!fresh) {
+        error_ = err;
+        log::error(ctx_ ? "cannot load new TLS files; keeping the previous ones" : "cannot load TLS files",
+                   {{"error", err}});
+        return ctx_;
+    }
+    const bool first = ctx_ == nullptr;
+    SSL_CTX_free(ctx_);
+    ctx_ = fresh;
+    static uint64_t next_generation = 0;
+    generation_ = ++next_generation;
+    error_.clear();
+    bool changed_identity = subject != subject_ || not_after != not_after_;
+    subject_ = subject;
+    not_after_ = not_after;
+    char expiry[32] = "?";
+    time_t na = static_cast<time_t>(not_after);
+    struct tm tm {};
+    if (gmtime_r(&na, &tm)) strftime(expiry, sizeof expiry, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    log::info(first ? "client certificate loaded"
+                    : changed_identity ? "client certificate rotated" : "TLS files reloaded",
+              {{"cert", cert_}, {"subject", subject}, {"not_after", expiry}, {"ca", ca_}});
+    return ctx_;
+}
+
+}  // namespace kprism

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: Apache-2.0
+// host:port parsing, IP literals, loopback detection and sockaddr printing (kprism/address.h).
+#include "kprism/base/address.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kprism {
+namespace {
+
+HostPort ok(std::string_view s) {
+    HostPort hp;
+    std::string err;
+    EXPECT_TRUE(parse_host_port(s, hp, &err)) << "'" << s << "': " << err;
+    return hp;
+}
+
+std::string bad(std::string_view s) {
+    HostPort hp;
+    std::string err;
+    EXPECT_FALSE(parse_host_port(s, hp, &err)) << "'" << s << "' unexpectedly accepted as " << hp.str();
+    return err;
+}
+
+#define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
+
+TEST(ParseHostPort, IPv4) {
+    HostPort hp = ok("10.0.0.1:6443");
+    EXPECT_EQ(hp.host, "10.0.0.1");
+    EXPECT_EQ(hp.port, 6443);
+    EXPECT_TRUE(hp.is_ip);
+    EXPECT_EQ(hp.str(), "10.0.0.1:6443");
+}
+
+TEST(ParseHostPort, BracketedIPv6) {
+    HostPort hp = ok("[fd00::1]:6443");
+    EXPECT_EQ(hp.host, "fd00::1");
+    EXPECT_EQ(hp.port, 6443);
+    EXPECT_TRUE(hp.is_ip);
+    EXPECT_EQ(hp.str(), "[fd00::1]:6443");
+    EXPECT_EQ(ok("[::1]:1").host, "::1");
+    EXPECT_EQ(ok("[::ffff:10.0.0.1]:443").host, "::ffff:10.0.0.1");
+}
+
+TEST(ParseHostPort, Hostname) {
+    HostPort hp = ok("api.example.com:6443");
+    EXPECT_EQ(hp.host, "api.example.com");
+    EXPECT_EQ(hp.port, 6443);
+    EXPECT_FALSE(hp.is_ip);
+    EXPECT_EQ(hp.str(), "api.example.com:6443");
+    EXPECT_FALSE(ok("localhost:80").is_ip);
+    EXPECT_FALSE(ok("kube_api-1.internal.:65535").is_ip);  // underscore, hyphen, trailing dot (FQDN)
+}
+
+TEST(ParseHostPort, PortBounds) {
+    EXPECT_EQ(ok("h:1").port, 1);
+    EXPECT_EQ(ok("h:65535").port, 65535);
+    EXPECT_HAS(bad("10.0.0.1:0"), "port 0 out of range 1-65535");
+    EXPECT_HAS(bad("10.0.0.1:70000"), "port 70000 out of range 1-65535");
+    EXPECT_HAS(bad("10.0.0.1:65536"), "out of range");
+    EXPECT_HAS(bad("[::1]:0"), "out of range");
+    EXPECT_HAS(bad("10.0.0.1:99999999"), "invalid port");
+    EXPECT_HAS(bad("10.0.0.1:-1"), "invalid port");
+    EXPECT_HAS(bad("10.0.0.1:+80"), "invalid port");
+    EXPECT_HAS(bad("10.0.0.1:80a"), "invalid port");
+    EXPECT_HAS(bad("10.0.0.1: 80"), "invalid port");
+}
+
+TEST(ParseHostPort, MissingPort) {
+    EXPECT_HAS(bad("10.0.0.1"), "missing port");
+    EXPECT_HAS(bad("api.example.com"), "missing port");
+    EXPECT_HAS(bad("10.0.0.1:"), "invalid port ''");
+    EXPECT_HAS(bad("[::1]"), "want [ipv6]:port");
+    EXPECT_HAS(bad("[::1]:"), "invalid port");
+    EXPECT_HAS(bad("[::1]6443"), "want [ipv6]:port");
+    EXPECT_HAS(bad(""), "missing port");
+}
+
+TEST(ParseHostPort, MissingHost) { EXPECT_HAS(bad(":6443"), "missing host"); }
+
+TEST(ParseHostPort, UnbracketedIPv6) {
+    EXPECT_HAS(bad("fd00::1:6443"), "need brackets");
+    EXPECT_HAS(bad("::1:6443"), "need brackets");
+}
+
+TEST(ParseHostPort, BadBrackets) {
+    EXPECT_HAS(bad("[::1:6443"), "missing ']'");
+    EXPECT_HAS(bad("[10.0.0.1]:6443"), "is not an IPv6 address");
+    EXPECT_HAS(bad("[example.com]:6443"), "is not an IPv6 address");
+    EXPECT_HAS(bad("[]:6443"), "is not an IPv6 address");
+    EXPECT_HAS(bad("[fe80::1%eth0]:6443"), "is not an IPv6 address");
+}
+
+TEST(ParseHostPort, BadHostnames) {
+    for (const char* s : {"bad host:80", "-leading.hyphen:80", ".leading.dot:80", "exa$mple.com:80", "a/b:80",
+                          "h\xc3\xa9llo:80", "tab\there:80"}) {
+        SCOPED_TRACE(s);
+        EXPECT_HAS(bad(s), "is not an IP address or hostname");
+    }
+    std::string long_label(64, 'a');
+    EXPECT_HAS(bad(long_label + ".com:80"), "is not an IP address or hostname");
+    EXPECT_FALSE(ok(std::string(63, 'a') + ".com:80").is_ip);
+    std::string long_name;
+    while (long_name.size() < 254) long_name += "abcdefghi.";
+    EXPECT_HAS(bad(long_name + ":80"), "is not an IP address or hostname");
+}
+
+// "a..b" has an empty label, which is not a valid DNS name.
+TEST(ParseHostPort, EmptyLabelRejected) { bad("a..b:80"); }
+
+TEST(ParseHostPort, NullErrorPointer) {
+    HostPort hp;
+    EXPECT_FALSE(parse_host_port("nope", hp, nullptr));
+    EXPECT_TRUE(parse_host_port("1.2.3.4:5", hp, nullptr));
+}
+
+TEST(ParsePort, Values) {
+    uint16_t p = 0;
+    std::string err;
+    EXPECT_TRUE(parse_port("443", p, &err));
+    EXPECT_EQ(p, 443);
+    EXPECT_TRUE(parse_port("000443", p, &err));
+    EXPECT_EQ(p, 443);
+    p = 7;
+    EXPECT_FALSE(parse_port("0", p, &err));
+    EXPECT_EQ(p, 7) << "output untouched on failure";
+    EXPECT_HAS(err, "port 0 out of range");
+    EXPECT_FALSE(parse_port("", p, &err));
+    EXPECT_FALSE(parse_port("65536", p, &err));
+    EXPECT_FALSE(parse_port("0000443", p, &err));  // 7 characters
+    EXPECT_FALSE(parse_port("4x3", p, nullptr));
+}
+
+TEST(IpToSockaddr, Literals) {
+    sockaddr_storage ss;
+    ASSERT_TRUE(ip_to_sockaddr("192.168.1.2", 80, ss));
+    EXPECT_EQ(ss.ss_family, AF_INET);
+    EXPECT_EQ(ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port), 80);
+    EXPECT_EQ(sockaddr_len(reinterpret_cast<sockaddr*>(&ss)), sizeof(sockaddr_in));
+
+    ASSERT_TRUE(ip_to_sockaddr("fd00::2", 443, ss));
+    EXPECT_EQ(ss.ss_family, AF_INET6);
+    EXPECT_EQ(ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port), 443);
+    EXPECT_EQ(sockaddr_len(reinterpret_cast<sockaddr*>(&ss)), sizeof(sockaddr_in6));
+
+    ASSERT_TRUE(ip_to_sockaddr("[::1]", 1, ss));
+    EXPECT_EQ(ss.ss_family, AF_INET6);
+
+    EXPECT_FALSE(ip_to_sockaddr("example.com", 1, ss));
+    EXPECT_FALSE(ip_to_sockaddr("", 1, ss));
+    EXPECT_FALSE(ip_to_sockaddr("1.2.3", 1, ss));
+    EXPECT_FALSE(ip_to_sockaddr("256.1.1.1", 1, ss));
+    EXPECT_FALSE(ip_to_sockaddr("[10.0.0.1", 1, ss));
+}
+
+bool loopback(const char* ip) {
+    sockaddr_storage ss;
+    EXPECT_TRUE(ip_to_sockaddr(ip, 1, ss)) << ip;
+    return is_loopback(reinterpret_cast<sockaddr*>(&ss));
+}
+
+TEST(IsLoopback, Addresses) {
+    EXPECT_TRUE(loopback("127.0.0.1"));
+    EXPECT_TRUE(loopback("127.1.2.3"));
+    EXPECT_TRUE(loopback("127.255.255.255"));
+    EXPECT_TRUE(loopback("::1"));
+    EXPECT_TRUE(loopback("::ffff:127.0.0.1"));
+    EXPECT_TRUE(loopback("::ffff:127.9.9.9"));
+    EXPECT_FALSE(loopback("10.0.0.1"));
+    EXPECT_FALSE(loopback("128.0.0.1"));
+    EXPECT_FALSE(loopback("0.0.0.0"));
+    EXPECT_FALSE(loopback("::"));
+    EXPECT_FALSE(loopback("::ffff:10.0.0.1"));
+    EXPECT_FALSE(loopback("fd00::1"));
+    EXPECT_FALSE(loopback("::2"));
+}
+
+TEST(IsLoopback, OtherFamily) {
+    sockaddr_storage ss{};
+    ss.ss_family = AF_UNIX;
+    EXPECT_FALSE(is_loopback(reinterpret_cast<sockaddr*>(&ss)));
+    EXPECT_EQ(sockaddr_str(reinterpret_cast<sockaddr*>(&ss)), "?");
+}
+
+std::string str_of(const char* ip, uint16_t port) {
+    sockaddr_storage ss;
+    EXPECT_TRUE(ip_to_sockaddr(ip, port, ss)) << ip;
+    return sockaddr_str(reinterpret_cast<sockaddr*>(&ss));
+}
+
+TEST(SockaddrStr, Formats) {
+    EXPECT_EQ(str_of("127.0.0.1", 7445), "127.0.0.1:7445");
+    EXPECT_EQ(str_of("::1", 7445), "[::1]:7445");
+    EXPECT_EQ(str_of("fd00:0:0::1", 6443), "[fd00::1]:6443");  // canonical form
+    EXPECT_EQ(str_of("10.1.2.3", 65535), "10.1.2.3:65535");
+}
+
+TEST(HostPortStr, RoundTrips) {
+    for (const char* s : {"10.0.0.1:6443", "[fd00::1]:6443", "api.example.com:443", "[::1]:1"}) {
+        EXPECT_EQ(ok(s).str(), s);
+        EXPECT_EQ(ok(ok(s).str()), ok(s));
+    }
+}
+
+}  // namespace
+}  // namespace kprism
