@@ -45,6 +45,7 @@ endif
 ifeq ($(SAN),)
 	tests/tree/make_help.sh
 	tests/tree/spdx.sh
+	tests/tree/layers.py --self-test
 	DEMO_HOLD=0 tests/demo.sh $(BUILD)
 endif
 
@@ -56,10 +57,11 @@ test-apiserver: $(BUILD)/kprism-apiserver $(BUILD)/kprism ## the Go kube-apiserv
 	$(TEST_ENV) /usr/bin/python3 tests/apiserver/clients_through_kprism.py $(abspath $(BUILD)/kprism) $(abspath $(BUILD)/kprism-apiserver)
 
 # Checks on the tree itself: every target has its line in `make help`, every source file its
-# SPDX-License-Identifier line (src/ and include/ too).
-test-tree: ## checks on the tree: `make help` lists every target; SPDX lines
+# SPDX-License-Identifier line (src/ and include/ too), no include of a higher layer (ARCHITECTURE.md).
+test-tree: ## checks on the tree: `make help` lists every target; SPDX lines; the layers of src/
 	tests/tree/make_help.sh
 	tests/tree/spdx.sh
+	tests/tree/layers.py --self-test
 
 test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages, mandoc -Tlint is clean, and the numbers they quote match the code (doc_drift.sh)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh

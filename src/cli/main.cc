@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "kprism/config/config.h"
+#include "kprism/admin/admin.h"
 #include "kprism/base/log.h"
 #include "kprism/cli/reload_cmd.h"
 #include "kprism/daemon/server.h"
@@ -32,9 +33,9 @@ int run(const Config& cfg, const CommandLine& cl, int argc, char** argv) {
     int rc = 0;
     {
         // SIGHUP re-reads the same file with the same flags on top.
-        Server server(&loop, cfg, [&cl](Config& next, std::vector<std::string>& errors) {
-            return load_config(cl, next, errors);
-        });
+        Server server(
+            &loop, cfg, [](Server& s) { return std::make_unique<Admin>(s); },
+            [&cl](Config& next, std::vector<std::string>& errors) { return load_config(cl, next, errors); });
         server.set_command_line(argc, argv);
         std::string err;
         if (!server.start(err)) {

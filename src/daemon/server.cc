@@ -10,7 +10,6 @@
 
 #include <iterator>
 
-#include "kprism/admin/admin.h"
 #include "kprism/proxy/connection.h"
 #include "kprism/base/log.h"
 #include "kprism/daemon/runtime_dir.h"
@@ -52,13 +51,14 @@ void Server::block_signals(bool block) {
     sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, nullptr);
 }
 
-Server::Server(uv_loop_t* loop, Config cfg, Loader loader)
+Server::Server(uv_loop_t* loop, Config cfg, AdminFactory admin, Loader loader)
     : loop_(loop),
       cfg_(std::move(cfg)),
       loader_(std::move(loader)),
       policy_(make_policy(cfg_.policy)),
       control_(*this, stats_),
-      rebalancer_(*this, stats_) {}
+      rebalancer_(*this, stats_),
+      make_admin_(std::move(admin)) {}
 
 Server::~Server() {
     if (sd_.admin_fd >= 0) ::close(sd_.admin_fd);  // passed by systemd and never taken by the admin server
@@ -92,7 +92,7 @@ bool Server::start_listeners(std::string& error) {
 }
 
 bool Server::start_admin(std::string& error) {
-    admin_ = std::make_unique<Admin>(*this);
+    admin_ = make_admin_(*this);
     int admin_fd = take_admin_fd();
     int ar = admin_fd >= 0 ? admin_->start_fd(loop_, admin_fd) : admin_->start(loop_, as_sockaddr(cfg_.admin));
     if (ar != 0) {

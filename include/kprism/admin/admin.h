@@ -9,6 +9,7 @@
 #include <string>
 
 #include "kprism/admin/http_request.h"
+#include "kprism/daemon/admin_endpoint.h"
 #include "kprism/base/intrusive_list.h"
 
 namespace kprism {
@@ -31,7 +32,7 @@ std::string serialize(const AdminResponse& r, bool head_only);
 // handle is a member, closed without a callback and freed with the Admin after the loop has
 // stopped; each AdminConnection frees itself in its last close callback and unlinks itself here,
 // so the Admin must outlive the loop run (it does: the Server is destroyed after uv_run returns).
-class Admin {
+class Admin final : public AdminEndpoint {
 public:
     // Beyond, a new connection takes the place of an older one (AdminConnection::make_room): the
     // oldest that has not sent a complete request head, so a prober always gets in.
@@ -43,16 +44,12 @@ public:
     Admin(const Admin&) = delete;
     Admin& operator=(const Admin&) = delete;
 
-    // Binds and listens; returns 0 or a libuv error code (then close() it).
-    int start(uv_loop_t* loop, const sockaddr* addr);
-    // Listens on an already listening socket (passed by systemd). Takes ownership of `fd`
-    // whatever it returns: 0 or a libuv error code (then close() it).
-    int start_fd(uv_loop_t* loop, int fd);
-    // Stops listening and closes every admin connection. Idempotent.
-    void close();
-    const std::string& name() const { return name_; }
-    // The listening handle, once start() or start_fd() succeeded; else nullptr.
-    const uv_tcp_t* handle() const { return open_ ? &tcp_ : nullptr; }
+    // The endpoint's life, as admin_endpoint.h describes it.
+    int start(uv_loop_t* loop, const sockaddr* addr) override;
+    int start_fd(uv_loop_t* loop, int fd) override;
+    void close() override;
+    const std::string& name() const override { return name_; }
+    const uv_tcp_t* handle() const override { return open_ ? &tcp_ : nullptr; }
     size_t connections() const { return live_; }
 
     // The answer to a parsed request.

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kprism/daemon/admin_endpoint.h"
 #include "kprism/proxy/buffer_pool.h"
 #include "kprism/config/config.h"
 #include "kprism/upstreams/control_plane.h"
@@ -23,7 +24,6 @@
 
 namespace kprism {
 
-class Admin;
 class Connection;
 
 struct Stats {
@@ -66,7 +66,8 @@ public:
     // Re-reads the configuration for SIGHUP (the same file and flags as at start).
     using Loader = std::function<bool(Config&, std::vector<std::string>& errors)>;
 
-    Server(uv_loop_t* loop, Config cfg, Loader loader = nullptr);
+    // `admin` builds the admin endpoint at start() (the daemon does not know what it serves).
+    Server(uv_loop_t* loop, Config cfg, AdminFactory admin, Loader loader = nullptr);
     ~Server();
     Server(const Server&) = delete;
     Server& operator=(const Server&) = delete;
@@ -245,7 +246,8 @@ private:
     uv_process_t check_{};             // `exe_ check ...` before a restart in place
     bool checking_ = false;
     int exit_code_ = 0;
-    std::unique_ptr<Admin> admin_;  // the admin HTTP endpoint (admin.h); closed by finish()
+    AdminFactory make_admin_;
+    std::unique_ptr<AdminEndpoint> admin_;  // the admin HTTP endpoint (admin/admin.h); closed by finish()
     OwnListeners own_;              // from listeners_ and admin_ by note_own_listeners()
     Heartbeat heartbeat_;
 };
