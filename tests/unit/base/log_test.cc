@@ -8,6 +8,7 @@
 
 #include <cctype>
 #include <string>
+#include <utility>
 
 namespace kprism::log {
 namespace {
@@ -207,23 +208,19 @@ TEST(JsonChecker, SelfTest) {
 }
 
 TEST_F(LogTest, ParseLevel) {
-    Level lv = Level::error;
-    EXPECT_TRUE(parse_level("debug", lv));
-    EXPECT_EQ(lv, Level::debug);
-    EXPECT_TRUE(parse_level("info", lv));
-    EXPECT_EQ(lv, Level::info);
-    EXPECT_TRUE(parse_level("warn", lv));
-    EXPECT_EQ(lv, Level::warn);
-    EXPECT_TRUE(parse_level("warning", lv));
-    EXPECT_EQ(lv, Level::warn);
-    EXPECT_TRUE(parse_level("error", lv));
-    EXPECT_EQ(lv, Level::error);
-    lv = Level::info;
-    EXPECT_FALSE(parse_level("", lv));
-    EXPECT_FALSE(parse_level("INFO", lv));
-    EXPECT_FALSE(parse_level("trace", lv));
-    EXPECT_FALSE(parse_level("fatal", lv));
-    EXPECT_EQ(lv, Level::info) << "unchanged on failure";
+    const std::pair<const char*, Level> names[] = {
+        {"debug", Level::debug}, {"info", Level::info}, {"warn", Level::warn}, {"warning", Level::warn},
+        {"error", Level::error}};
+    for (const auto& [name, want] : names) {
+        Level lv = want == Level::error ? Level::debug : Level::error;
+        EXPECT_TRUE(parse_level(name, lv)) << name;
+        EXPECT_EQ(lv, want) << name;
+    }
+    for (const char* name : {"", "INFO", "trace", "fatal"}) {
+        Level lv = Level::info;
+        EXPECT_FALSE(parse_level(name, lv)) << name;
+        EXPECT_EQ(lv, Level::info) << name << ": unchanged on failure";
+    }
 }
 
 TEST_F(LogTest, ParseFormat) {
@@ -232,9 +229,10 @@ TEST_F(LogTest, ParseFormat) {
     EXPECT_EQ(f, Format::logfmt);
     EXPECT_TRUE(parse_format("json", f));
     EXPECT_EQ(f, Format::json);
-    EXPECT_FALSE(parse_format("text", f));
-    EXPECT_FALSE(parse_format("JSON", f));
-    EXPECT_EQ(f, Format::json);
+    for (const char* name : {"text", "JSON"}) {
+        EXPECT_FALSE(parse_format(name, f)) << name;
+        EXPECT_EQ(f, Format::json) << name << ": unchanged on failure";
+    }
 }
 
 TEST_F(LogTest, LevelNames) {

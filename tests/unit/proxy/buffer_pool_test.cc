@@ -11,33 +11,32 @@
 namespace kprism {
 namespace {
 
+// The pool's three counters at once.
+void expect_counts(const BufferPool& p, size_t in_use, size_t free, size_t allocations) {
+    EXPECT_EQ(p.in_use(), in_use);
+    EXPECT_EQ(p.free_count(), free);
+    EXPECT_EQ(p.allocations(), allocations);
+}
+
 TEST(BufferPool, StartsEmpty) {
     BufferPool p;
-    EXPECT_EQ(p.in_use(), 0u);
-    EXPECT_EQ(p.free_count(), 0u);
-    EXPECT_EQ(p.allocations(), 0u);
+    expect_counts(p, 0, 0, 0);
 }
 
 TEST(BufferPool, GetPutAccounting) {
     BufferPool p;
     char* a = p.get();
     ASSERT_NE(a, nullptr);
-    EXPECT_EQ(p.in_use(), 1u);
-    EXPECT_EQ(p.free_count(), 0u);
-    EXPECT_EQ(p.allocations(), 1u);
+    expect_counts(p, 1, 0, 1);
     char* b = p.get();
     ASSERT_NE(b, nullptr);
     EXPECT_NE(a, b);
-    EXPECT_EQ(p.in_use(), 2u);
-    EXPECT_EQ(p.allocations(), 2u);
+    expect_counts(p, 2, 0, 2);
 
     p.put(a);
-    EXPECT_EQ(p.in_use(), 1u);
-    EXPECT_EQ(p.free_count(), 1u);
+    expect_counts(p, 1, 1, 2);
     p.put(b);
-    EXPECT_EQ(p.in_use(), 0u);
-    EXPECT_EQ(p.free_count(), 2u);
-    EXPECT_EQ(p.allocations(), 2u);
+    expect_counts(p, 0, 2, 2);
 }
 
 TEST(BufferPool, ReusesFreeChunks) {
