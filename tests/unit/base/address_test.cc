@@ -27,32 +27,33 @@ std::string bad(std::string_view s) {
 
 #define EXPECT_HAS(hay, needle) EXPECT_NE(std::string(hay).find(needle), std::string::npos) << "in: " << (hay)
 
-TEST(ParseHostPort, IPv4) {
-    HostPort hp = ok("10.0.0.1:6443");
-    EXPECT_EQ(hp.host, "10.0.0.1");
-    EXPECT_EQ(hp.port, 6443);
-    EXPECT_TRUE(hp.is_ip);
-    EXPECT_EQ(hp.str(), "10.0.0.1:6443");
-}
-
-TEST(ParseHostPort, BracketedIPv6) {
-    HostPort hp = ok("[fd00::1]:6443");
-    EXPECT_EQ(hp.host, "fd00::1");
-    EXPECT_EQ(hp.port, 6443);
-    EXPECT_TRUE(hp.is_ip);
-    EXPECT_EQ(hp.str(), "[fd00::1]:6443");
-    EXPECT_EQ(ok("[::1]:1").host, "::1");
-    EXPECT_EQ(ok("[::ffff:10.0.0.1]:443").host, "::ffff:10.0.0.1");
-}
-
-TEST(ParseHostPort, Hostname) {
-    HostPort hp = ok("api.example.com:6443");
-    EXPECT_EQ(hp.host, "api.example.com");
-    EXPECT_EQ(hp.port, 6443);
-    EXPECT_FALSE(hp.is_ip);
-    EXPECT_EQ(hp.str(), "api.example.com:6443");
-    EXPECT_FALSE(ok("localhost:80").is_ip);
-    EXPECT_FALSE(ok("kube_api-1.internal.:65535").is_ip);  // underscore, hyphen, trailing dot (FQDN)
+// Accepted inputs: host, port, whether the host is an IP literal, and the canonical form.
+TEST(ParseHostPort, Accepted) {
+    struct Case {
+        const char* input;
+        const char* host;
+        uint16_t port;
+        bool is_ip;
+        const char* str;
+    };
+    const Case cases[] = {
+        {"10.0.0.1:6443", "10.0.0.1", 6443, true, "10.0.0.1:6443"},
+        {"[fd00::1]:6443", "fd00::1", 6443, true, "[fd00::1]:6443"},
+        {"[::1]:1", "::1", 1, true, "[::1]:1"},
+        {"[::ffff:10.0.0.1]:443", "::ffff:10.0.0.1", 443, true, "[::ffff:10.0.0.1]:443"},
+        {"api.example.com:6443", "api.example.com", 6443, false, "api.example.com:6443"},
+        {"localhost:80", "localhost", 80, false, "localhost:80"},
+        // underscore, hyphen, trailing dot (FQDN)
+        {"kube_api-1.internal.:65535", "kube_api-1.internal.", 65535, false, "kube_api-1.internal.:65535"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.input);
+        HostPort hp = ok(c.input);
+        EXPECT_EQ(hp.host, c.host);
+        EXPECT_EQ(hp.port, c.port);
+        EXPECT_EQ(hp.is_ip, c.is_ip);
+        EXPECT_EQ(hp.str(), c.str);
+    }
 }
 
 TEST(ParseHostPort, PortBounds) {
