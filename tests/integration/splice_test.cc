@@ -61,6 +61,7 @@ int socket_error(int fd) {
     return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : -1;
 }
 
+// close(2) after this sends RST instead of FIN.
 void reset_on_close(int fd) {
     linger l{1, 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
@@ -143,8 +144,7 @@ TEST(Splice, UpstreamResetPropagatesToClient) {
     TcpServer up([](int fd) {
         char b[16];
         recv_exact(fd, b, 4);
-        linger l{1, 0};
-        setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+        reset_on_close(fd);
         ::close(dup(fd));  // the dup keeps fd valid for the harness; closing both sends RST
         ::close(fd);
     });
@@ -178,8 +178,7 @@ TEST(Splice, ClientBytesAndResetTogetherPropagateTheReset) {
     ASSERT_TRUE(eventually([&] { return first_byte.load(); }));  // kprism is splicing and reads the client
     k.signal(SIGSTOP);
     ASSERT_TRUE(send_all(fd, "ping", 4));
-    linger l{1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    reset_on_close(fd);
     ::close(fd);
     // Nothing outside the stopped kprism can see its socket take the RST; loopback delivers it at
     // once, and the wait only has to cover that.
@@ -201,8 +200,7 @@ TEST(Splice, ClientResetPropagatesToUpstream) {
     ASSERT_GE(fd, 0);
     ASSERT_TRUE(send_all(fd, "ping", 4));
     ASSERT_TRUE(eventually([&] { return up.accepted() == 1; }));
-    linger l{1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    reset_on_close(fd);
     ::close(fd);
     EXPECT_TRUE(eventually([&] { return upstream_err == ECONNRESET; })) << upstream_err;
 }
