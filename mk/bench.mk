@@ -119,7 +119,7 @@ bench-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what discovery cos
 	python3 bench/discovery_cost.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) \
 		--apiserver $(abspath $(BUILD)/kprism-apiserver) --watches $(or $(DISCOVERY_WATCHES),1000)
 
-# Issue 17: restarts under a real systemd (tests/systemd/reload.sh, bench/RESULTS.md "Restarts"):
+# Issue 17: restarts under a real systemd (tests/systemd/reload.sh, bench/history/restarts.md):
 # RESTART_WATCHERS (1000) watches through kprism across RESTART_COUNT (10) `systemctl restart`s
 # and as many `dpkg -i` upgrades and SIGKILLs (the crash copy), then through HAProxy (master-worker) across as many reloads and
 # one restart, new connections timed throughout; what keep_on_crash costs (CRASH_COST: 1000 idle
