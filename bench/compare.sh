@@ -524,7 +524,7 @@ fmt() { # value decimals -> formatted or "–"
 ratio() { # a b -> a/b, "–" if either missing
     [ -n "$1" ] && [ -n "$2" ] && awk -v a="$1" -v b="$2" 'BEGIN { if (b == 0) print "–"; else printf "%.2f", a / b }' || printf '–'
 }
-target_note() { # metric kprism haproxy -> issue 6 target and whether this run meets it
+target_note() { # metric kprism haproxy -> kprism's performance target and whether this run meets it
     local k=$2 h=$3 r
     case $1 in
     ka_rps | close_rps) r=$(ratio "$k" "$h"); [ "$r" = – ] && return; awk -v r="$r" 'BEGIN { printf "≥ 1.15× HAProxy: %s", (r >= 1.15) ? "met" : "missed" }' ;;
@@ -551,7 +551,7 @@ row() { # metric label decimals; a "*" marks a figure (and its ratios) from dist
 echo
 echo "Medians of $RUNS runs (of the undisturbed measurements where a cell has any; * = every measurement of that cell was disturbed, see below); ratios are value ÷ HAProxy's (H) or ÷ direct's (D); for latency, CPU and RSS lower is better."
 echo
-echo "| metric | direct | kprism | HAProxy | nginx stream | kprism ÷ H | nginx ÷ H | kprism ÷ D | HAProxy ÷ D | nginx ÷ D | issue 6 target (kprism) |"
+echo "| metric | direct | kprism | HAProxy | nginx stream | kprism ÷ H | nginx ÷ H | kprism ÷ D | HAProxy ÷ D | nginx ÷ D | target (kprism) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 row ka_rps "keep-alive, requests/s (wrk -t1 -c32)" 0
 row ka_p50 "keep-alive, p50 latency (µs)" 0

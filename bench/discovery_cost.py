@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""What discovery (issue 16) costs: kprism itself, and the apiserver that serves the watches.
+"""What discovery costs: kprism itself, and the apiserver that serves the watches.
 
 Part 1, kprism: one store and three Go stand-ins (tests/apiserver, their defaults: endpoint
 reconcile 10 s, bookmarks every minute) on 127.0.16.1-3, two kprism processes in front of them with

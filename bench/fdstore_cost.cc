@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // What it costs to keep every connection in systemd's fd store from the moment it is established.
 //
-// Issue 17 asks whether kprism should store each connection's two sockets when it accepts it, so
+// For crash survival kprism could store each connection's two sockets when it accepts it, so
 // that a SIGKILLed kprism's idle connections survive too. This program does what kprism would do
 // for that, and nothing else: for each of --count connections (made to itself over loopback, so
 // that no other process is involved) it accepts the client socket, connects an upstream socket and,

@@ -15,7 +15,7 @@
 // false) and resumed, taking turns in --rounds slices of seconds/rounds each, so that drift hits
 // all four alike. Handshakes are counted by kprism (kprism_tls_handshakes_total on /metrics), the
 // store's CPU is reported apart; --path sets health.path (/readyz/ping: no store round trip).
-// With --apiserver PATH --keepalive-compare (issue 15): probes on the kept connection (kprism's
+// With --apiserver PATH --keepalive-compare: probes on the kept connection (kprism's
 // default health.new_connection_interval, 30 s) against a new, resumed, TLS connection for every
 // probe (--health-new-connection-interval 0), at about 1, 100 and 1000 probes/s in all (--rates;
 // 1, 2 and 11 kprism processes), the two modes taking turns; see run_keepalive() and
@@ -71,7 +71,7 @@ void measure(bool resumption, int seconds) {
     Kprism k(eps, {"--client-cert", pki.client_pem, "--client-key", pki.client_pem, "--ca-file", pki.ca_cert,
                    "--health-interval", "100ms", "--health-timeout", "90ms", "--health-fast-interval", "100ms",
                    resumption ? "--health-tls-resumption=true" : "--health-tls-resumption=false",
-                   "--health-new-connection-interval", "0"});  // a handshake per probe, as before issue 15
+                   "--health-new-connection-interval", "0"});  // a handshake per probe, as before the kept connection
     eventually([&] { return k.count_output("msg=\"upstream up\"") >= 8; }, 10000ms);
     auto count = [&](const char* what) {
         size_t n = 0;
@@ -273,7 +273,7 @@ int run_go(const std::string& bin, const std::string& path, int seconds, int rou
     return 0;
 }
 
-// --keepalive-compare (issue 15): the kept probe connection against a new connection for every
+// --keepalive-compare: the kept probe connection against a new connection for every
 // probe, at about 1, 100 and 1000 probes/s in all. Two sets of 8 `serve` processes on one store,
 // one set per mode, both TLS 1.3 (or --tls 1.2), live for the whole run; per slice a fresh set of
 // kprism processes probes one mode's set while the other set sits idle (its CPU over the window is
@@ -436,7 +436,7 @@ int run_keepalive(const std::string& bin, const std::string& path, const std::st
         if (rounds_override > 0) r.rounds = rounds_override;
         if (window_override_ms > 0) r.window_ms = window_override_ms;
     }
-    printf("# probe cost, kept connection vs a new one per probe (issue 15): 2 x 8 Go kube-apiserver stand-ins (%s, "
+    printf("# probe cost, kept connection vs a new one per probe: 2 x 8 Go kube-apiserver stand-ins (%s, "
            "TLS %s) on one store, probes of %s; modes take turns (kept, new, new, kept, ...)\n",
            bin.c_str(), tls.c_str(), path.c_str());
     for (auto& r : rates)

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """What a restart of one apiserver costs it in the first seconds with many nodes probing it
-(issue 15): NODES probers (default 1000) watch ONE apiserver, made of ENDPOINTS (10) Go stand-in
+(make bench-probe-restart): NODES probers (default 1000) watch ONE apiserver, made of ENDPOINTS (10) Go stand-in
 `kprism-apiserver serve` processes on one store, on 127.0.15.1..10; NODES / ENDPOINTS kprism
 processes (100) each list those 10 as their endpoints, with default health settings (interval 5s,
 fast_interval 1s, rise 2, fall 2), so that each of their checkers is one node's scheduler. The

@@ -52,7 +52,7 @@ bench-probes-go: $(BUILD)/kprism $(BUILD)/kprism-apiserver $(BUILD)/bench/probe_
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) $(BUILD)/bench/probe_cost $(SECONDS) --apiserver $(abspath $(BUILD)/kprism-apiserver)$(if $(PROBE_PATH), --path $(PROBE_PATH))
 
 # What a restart of one apiserver costs it in the first 10 s with NODES (1000) nodes probing it
-# (issue 15; bench/restart_cost.py, bench/RESULTS.md): 10 Go stand-in `serve` processes on one store
+# (bench/restart_cost.py, bench/RESULTS.md): 10 Go stand-in `serve` processes on one store
 # are the apiserver, NODES/10 kprism processes with the 10 as endpoints are the nodes (default health
 # settings); all 10 are SIGKILLed and restarted 3 s later with new session-ticket keys. Server CPU,
 # connections, full and resumed handshakes, requests, the most handshakes in 100 ms and in 1 s, and
@@ -67,7 +67,7 @@ bench-probe-restart: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what an apiser
 		--apiserver $(abspath $(BUILD)/kprism-apiserver) $(if $(KPRISM_BEFORE),--kprism-before $(KPRISM_BEFORE)) \
 		--nodes $(or $(NODES),1000) --rounds $(or $(ROUNDS),2) $(RESTART_ARGS)
 
-# Issue 15: probes on the kept connection (health.new_connection_interval 30 s, the default) against
+# Probes on the kept connection (health.new_connection_interval 30 s, the default) against
 # a new, resumed, TLS connection per probe (0), on the Go stand-in, the two taking turns, at about
 # 1, 100 and 1000 probes/s (1, 2 and 11 kprism processes): its CPU per 1000 probes, kprism's, the
 # handshakes, and the cores at 5000 nodes (about 4 minutes; PROBE_PATH as above). See bench/RESULTS.md.
@@ -109,7 +109,7 @@ bench-deps: ## apt-get install the benchmarks' own packages (haproxy, nginx, wrk
 	$$SUDO apt-get update && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(BENCH_PKGS); \
 	rc=$$?; if [ -n "$$prc" ]; then $$SUDO rm -f /usr/sbin/policy-rc.d; fi; exit $$rc
 
-# Issue 16: what discovery costs (bench/discovery_cost.py, bench/RESULTS.md): kprism's CPU and RSS
+# What discovery costs (bench/discovery_cost.py, bench/RESULTS.md): kprism's CPU and RSS
 # over 60 s idle with discovery on (holding its watch) and off, side by side; then the Go stand-in's
 # CPU and memory per watch with DISCOVERY_WATCHES (1000) watches of the EndpointSlices, one change
 # sent to all, extrapolated to 5000 nodes (about 3 minutes).
@@ -119,7 +119,7 @@ bench-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## what discovery cos
 	python3 bench/discovery_cost.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) \
 		--apiserver $(abspath $(BUILD)/kprism-apiserver) --watches $(or $(DISCOVERY_WATCHES),1000)
 
-# Issue 17: restarts under a real systemd (tests/systemd/reload.sh, bench/RESULTS.md "Restarts"):
+# Restarts under a real systemd (tests/systemd/reload.sh, bench/history/restarts.md):
 # RESTART_WATCHERS (1000) watches through kprism across RESTART_COUNT (10) `systemctl restart`s
 # and as many `dpkg -i` upgrades and SIGKILLs (the crash copy), then through HAProxy (master-worker) across as many reloads and
 # one restart, new connections timed throughout; what keep_on_crash costs (CRASH_COST: 1000 idle

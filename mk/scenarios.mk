@@ -19,7 +19,7 @@ scenarios: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## control-plane scenarios,
 		--out $(abspath $(BUILD)/scenarios.md); \
 		rc=$$?; tests/leftovers.py $(abspath $(BUILD)) || rc=1; exit $$rc
 
-# Discovery (issue 16, tests/discovery/README.md): kprism with --enable-discovery against the Go
+# Discovery (tests/discovery/README.md): kprism with --enable-discovery against the Go
 # stand-ins' default/kubernetes EndpointSlice: an apiserver added and one removed under load, the
 # snapshot at a start with the API unreachable, corrupt snapshots, an empty slice, an unready
 # discovered address, discovery off, IPv6, more than 32, a hung watch, 410, every member replaced.

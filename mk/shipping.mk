@@ -28,7 +28,7 @@ test-systemd: $(BUILD)/kprism $(BUILD)/kprism-standin ## systemd-analyze verify/
 test-hardening: $(BUILD)/kprism static ## the hardening of build/kprism and build/static/kprism read back (readelf, nm)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) KPRISM_STATIC_BIN=$(abspath build/static/kprism) tests/packaging/hardening.sh
 
-# Fully static, stripped build/static/kprism (Talos extensions, see README "Static build").
+# Fully static, stripped build/static/kprism (Talos extensions; talos-extension/README.md, "The static binary").
 static: ## build/static/kprism, fully static and stripped (WITH_SYSTEMD=0 STATIC=1)
 	$(MAKE) -j$(NPROC) BUILD=build/static WITH_SYSTEMD=0 STATIC=1 build/static/kprism
 

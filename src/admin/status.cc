@@ -266,7 +266,7 @@ bool parse_status_json(std::string_view text, StatusDoc& out, std::string& error
         double r = rtt->is_null() ? -1 : rtt->get<double>();
         u.rtt_ms = std::isfinite(r) ? r : -1;
         u.active_connections = count_of(*conns);
-        // Optional (a kprism from before issue 14 has none); names are bounded like the daemon's.
+        // Optional (a kprism from before c533960 has none); names are bounded like the daemon's.
         if (auto fc = e.find("failing_checks"); fc != e.end() && fc->is_array()) {
             for (const Json& n : *fc) {
                 if (!n.is_string()) continue;

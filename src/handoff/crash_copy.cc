@@ -5,7 +5,7 @@
 // The copy is what a planned handover stores (server_handover.cc), taken while kprism runs: the
 // connection sockets queued in one AF_UNIX carrier socket, and the record naming their pairs. It is
 // replaced at most once a second, and only when a connection was spliced or a copied one closed:
-// a handful of notify messages, whatever the number of connections (bench/RESULTS.md, "Crash").
+// a handful of notify messages, whatever the number of connections (bench/history/restarts.md).
 // Connections spliced since the last copy are not in it. A crash loses whatever kprism had read
 // and not yet written: an idle connection (a watch between events) resumes whole; one busy at the
 // moment of the crash loses those bytes, which TLS detects, and its client reconnects.

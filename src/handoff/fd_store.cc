@@ -109,7 +109,7 @@ void Server::finish_handover() {
     });
     // The connection sockets travel queued inside one AF_UNIX socket, and under systemd only that
     // one goes into the store: systemd 252 compares every descriptor it stores with each one it
-    // holds, which made 2000 sockets cost it 3.3 s of CPU (bench/RESULTS.md, "Restarts").
+    // holds, which made 2000 sockets cost it 3.3 s of CPU (bench/history/restarts.md).
     // So does a restart in place: one descriptor to pass however many connections there are.
     std::string error;
     size_t sent_fds = 0;

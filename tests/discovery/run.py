@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
-"""Discovery (issue 16) against the real kprism and the Go kube-apiserver stand-ins, whose lease
+"""Discovery against the real kprism and the Go kube-apiserver stand-ins, whose lease
 endpoint reconciler keeps the default/kubernetes EndpointSlice. See tests/discovery/README.md.
 
 Usage: run.py KPRISM_BIN APISERVER_BIN [--only a,b,...]

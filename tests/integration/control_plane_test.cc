@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Control-plane awareness (issue 14) through the real binary against TLS stand-ins: why an
+// Control-plane awareness through the real binary against TLS stand-ins: why an
 // upstream is out (its /readyz failing checks in the log, /status, `kprism status` and
 // /metrics), bad /readyz bodies, an upstream closing many connections at once (checked at once),
 // and etcd lost on every apiserver at the same moment (one event, nothing closed).

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The credentials condition through the real binary (issue 14): stand-in apiservers that reject
+// The credentials condition through the real binary: stand-in apiservers that reject
 // kprism's client certificate (expired, or from another CA) make one node-level condition: one
 // line on entry, nothing down or closed, connections fail open; /status, `kprism status` and
 // the gauges show it; a good certificate ends it with one line.

@@ -262,7 +262,7 @@ TEST(Health, BootstrapWithoutCertificateThenItAppears) {
     EXPECT_TRUE(upstream_state(k, b.addr(), "health", "up"));
 }
 
-// Every probe on a new connection (health.new_connection_interval 0, the way before issue 15):
+// Every probe on a new connection (health.new_connection_interval 0, the way before the kept connection):
 // their TLS sessions are resumed.
 TEST(Health, SessionsAreResumed) {
     Pki pki;

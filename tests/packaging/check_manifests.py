@@ -14,7 +14,7 @@ state directory, hostPath /var/lib/kprism (DirectoryOrCreate) at /var/lib/kprism
 discovery snapshot is written. A non-root
 pod must not name kubelet's key in kprism.toml (it could not read it). The memory limit must
 cover what kprism.toml's max_connections allows: BASE_KIB + max_connections x PER_CONNECTION_KIB
-(bench/RESULTS.md, "Memory under stalled connections").
+(bench/history/memory.md, "Memory under stalled connections").
 """
 import argparse
 import os

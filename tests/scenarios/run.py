@@ -457,7 +457,7 @@ def main():
                 m, after, seq = res[(tag, kp)]
                 check(after == 0, f"5 {tag}: no client request through kprism failed after the certificate's expiry ({after})")
             check(res[("renewed", kp)][2][-1][1] == 3, "5 renewed: kprism probes with the renewed certificate: 3 up")
-            # Issue 14: not renewed is one node-level condition, failing open, nothing closed.
+            # The credentials condition: not renewed is one node-level condition, failing open, nothing closed.
             log, metrics = res[("expiring", "kprism-log")], res[("expiring", "kprism-metrics")]
             entered = log.count('msg="client certificate rejected by every apiserver')
             check(entered == 1, f"5 expiring: kprism logs the rejected certificate once ({entered})")

@@ -43,7 +43,8 @@ case $out in *"not a dynamic executable"* | *"statically linked"*) ok "ldd: no s
 out=$(readelf -lW -dW "$BIN" 2>&1 | grep -E 'INTERP|\(NEEDED\)')
 if [ -z "$out" ]; then ok "readelf: no interpreter, no NEEDED library"; else bad "readelf: dynamically linked" "$out"; fi
 # kprism's own objects do not reference the NSS-backed resolver or user database at all (the
-# libcrypto/libuv objects that do are linked in but never called; see README "Static build").
+# libcrypto/libuv objects that do are linked in but never called; see talos-extension/README.md,
+# "The static binary").
 if [ -d build/static/obj ]; then
     out=$(nm -u build/static/obj/*.o 2>/dev/null | grep -Ew 'getaddrinfo|uv_getaddrinfo|gethostbyname|getpwnam|getpwuid|getpwnam_r|getpwuid_r|getgrnam|BIO_lookup|BIO_lookup_ex|BIO_new_connect' | sort -u)
     if [ -z "$out" ]; then ok "kprism objects reference no resolver/NSS function"; else bad "kprism objects reference NSS functions" "$out"; fi

@@ -48,9 +48,9 @@ struct StatusUpstream {
     uint64_t active_connections = 0;
     FailingChecks failing_checks;  // empty when absent
     std::string down_reason;       // empty: null or absent
-    std::string source = "static";  // static, discovered, snapshot (absent before issue 16: static)
+    std::string source = "static";  // static, discovered, snapshot (absent before discovery, ba1b214: static)
 };
-// The "discovery" member, as much as `kprism status` prints (absent before issue 16).
+// The "discovery" member, as much as `kprism status` prints (absent before discovery, ba1b214).
 struct StatusDiscovery {
     bool enabled = false;
     std::string state, via, last_error, snapshot_state;
@@ -86,7 +86,7 @@ struct StatusDoc {
     std::string condition;  // "no-etcd-quorum"; empty: null or absent
     bool draining = false;
     uint64_t connections_active = 0;
-    bool has_credentials = false;  // the "credentials" member was there (absent before 0.1.0's issue 14)
+    bool has_credentials = false;  // the "credentials" member was there (absent before 820d3ae)
     StatusCredentials credentials;
     std::vector<StatusUpstream> upstreams;
     StatusDiscovery discovery;
