@@ -34,8 +34,8 @@ std::string discovery_request(std::string_view resource_version, uint64_t timeou
                               resource_version, timeout_seconds);
     }
     return fmt::format(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-        target, host, kVersion);
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        target, host, kUserAgent);
 }
 
 Discovery::Discovery(ControlPlane& cp, Membership& members) : cp_(cp), members_(members) {}
