@@ -31,8 +31,8 @@ ControlPlane::ControlPlane(Server& srv, Stats& stats)
     tls_ = std::make_unique<TlsClientContext>(cfg.s.client_cert, cfg.s.client_key, cfg.s.ca_file);
     for (const auto& e : cfg.endpoints) ups_.add(e.addr, e.zone, e.server_name);
     ups_.node_zone = cfg.s.zone;
-    ups_.policy.rise = static_cast<uint32_t>(cfg.s.health_rise);
-    ups_.policy.fall = static_cast<uint32_t>(cfg.s.health_fall);
+    ups_.rise_fall.rise = static_cast<uint32_t>(cfg.s.health_rise);
+    ups_.rise_fall.fall = static_cast<uint32_t>(cfg.s.health_fall);
     ups_.on_change = [this](Upstream& u, Health old) { on_health_change(u, old); };
 }
 
@@ -442,8 +442,8 @@ void ControlPlane::reconfigure(const Config& next, std::string& summary) {
         tls_->reread();  // SIGHUP also re-reads the certificates
     }
     ups_.node_zone = next.s.zone;
-    ups_.policy.rise = static_cast<uint32_t>(next.s.health_rise);
-    ups_.policy.fall = static_cast<uint32_t>(next.s.health_fall);
+    ups_.rise_fall.rise = static_cast<uint32_t>(next.s.health_rise);
+    ups_.rise_fall.fall = static_cast<uint32_t>(next.s.health_fall);
 }
 
 // Endpoints kept stay as they are (state, connections); new ones are checked at once; removed

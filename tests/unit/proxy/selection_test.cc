@@ -466,8 +466,8 @@ class HealthTest : public BackoffTest {
 protected:
     void SetUp() override {
         BackoffTest::SetUp();
-        pool.policy.rise = 2;
-        pool.policy.fall = 2;
+        pool.rise_fall.rise = 2;
+        pool.rise_fall.fall = 2;
         pool.on_change = [this](Upstream& u, Health old) { changes.emplace_back(u.index, old, u.health); };
     }
     bool rec(CheckResult r, bool explicit_down = false) { return pool.record(pool[0], r, "", explicit_down, now += 1000); }
