@@ -272,6 +272,34 @@ TEST_F(PickTest, ZonePreferredWhileUp) {
     EXPECT_EQ(r->zone, "b");
 }
 
+// The rule pick_upstream() and rebalancing share: up, the node's zone while one there is up, and
+// (asked with the tier) the nearest latency tier while one is up.
+TEST(EligibleUpstreams, ZoneThenTier) {
+    UpstreamPool z;
+    z.node_zone = "a";
+    z.add(ip("10.0.1.1"), "b");
+    z.add(ip("10.0.1.2"), "a");
+    z.add(ip("10.0.1.3"), "a");
+    z.add(ip("10.0.1.4"), "a");
+    for (size_t i = 0; i < z.size(); ++i) z[i].health = Health::up;
+    z[3].removed = true;
+    z[0].fast_tier = z[2].fast_tier = true;
+    EXPECT_EQ(eligible_upstreams(z, kNow, false), UpstreamSet{0b0110});
+    EXPECT_EQ(eligible_upstreams(z, kNow, true), UpstreamSet{0b0100});
+    // No tier member up: the tier leaves nobody out.
+    z[0].fast_tier = z[2].fast_tier = false;
+    EXPECT_EQ(eligible_upstreams(z, kNow, true), UpstreamSet{0b0110});
+    // None up in the zone: every up upstream.
+    z[1].health = z[2].health = Health::down;
+    EXPECT_EQ(eligible_upstreams(z, kNow, false), UpstreamSet{0b0001});
+    // No node zone: every up upstream.
+    z[1].health = Health::up;
+    z.node_zone.clear();
+    EXPECT_EQ(eligible_upstreams(z, kNow, false), UpstreamSet{0b0011});
+    z[0].health = z[1].health = Health::down;
+    EXPECT_EQ(eligible_upstreams(z, kNow, true), UpstreamSet{0});
+}
+
 TEST_F(PickTest, NoNodeZoneMeansNoPreference) {
     UpstreamPool z;
     z.add(ip("10.0.1.1"), "a");
