@@ -8,4 +8,5 @@
 
 namespace kprism {
 const char* const kVersion = KPRISM_VERSION;
+const char* const kUserAgent = "kprism/" KPRISM_VERSION;
 }

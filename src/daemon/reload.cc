@@ -66,7 +66,7 @@ void Server::reload() {
     note_own_listeners();  // before the endpoints: a new one may be a listener
     control_.reconfigure(next, summary);
     keep_restart_only_settings(cfg_, next);
-    policy_ = make_policy(next.policy);
+    selection_ = make_policy(next.policy);
     log::set_level(next.log_level);
     log::set_format(next.log_format);
     cfg_ = std::move(next);

@@ -55,7 +55,7 @@ Server::Server(uv_loop_t* loop, Config cfg, AdminFactory admin, Loader loader)
     : loop_(loop),
       cfg_(std::move(cfg)),
       loader_(std::move(loader)),
-      policy_(make_policy(cfg_.policy)),
+      selection_(make_policy(cfg_.policy)),
       control_(*this, stats_),
       rebalancer_(*this, stats_),
       make_admin_(std::move(admin)) {}
@@ -142,7 +142,7 @@ bool Server::start(std::string& error) {
     start_crash_copy();
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
-    log::info("started", {{"upstreams", names}, {"policy", policy_->name()},
+    log::info("started", {{"upstreams", names}, {"policy", selection_->name()},
                           {"max_connections", cfg_.s.max_connections}});
     start_systemd();
     return true;

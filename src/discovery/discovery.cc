@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // EndpointSlice discovery: the list/watch cycle through an up upstream, its backoff, and the
-// slices it holds, handed to the control plane as one set after each change.
+// slices it holds, handed to the membership as one set after each change.
 #include "kprism/discovery/discovery.h"
 
 #include <fmt/format.h>
@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "kprism/upstreams/control_plane.h"
+#include "kprism/discovery/membership.h"
 #include "kprism/base/duration.h"
 #include "kprism/base/log.h"
 #include "kprism/base/random.h"
@@ -33,11 +34,11 @@ std::string discovery_request(std::string_view resource_version, uint64_t timeou
                               resource_version, timeout_seconds);
     }
     return fmt::format(
-        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
-        target, host, kVersion);
+        "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n",
+        target, host, kUserAgent);
 }
 
-Discovery::Discovery(ControlPlane& cp) : cp_(cp) {}
+Discovery::Discovery(ControlPlane& cp, Membership& members) : cp_(cp), members_(members) {}
 
 Discovery::~Discovery() = default;
 
@@ -197,18 +198,18 @@ bool Discovery::on_watch_line(std::string_view line) {
             fail_ = fmt::format("watch: more than {} endpoint slices", kMaxSlices);
             return false;
         }
-        cp_.drop_refused(ev.slice.endpoints, "slice", ev.slice.name);
+        members_.drop_refused(ev.slice.endpoints, "slice", ev.slice.name);
         slices_[ev.slice.name] = std::move(ev.slice.endpoints);
         publish_pending_ = true;
         break;
     case WatchEventType::deleted:
         slices_.erase(ev.slice.name);
-        cp_.forget_refused(slices_);
+        members_.forget_refused(slices_);
         publish_pending_ = true;
         break;
     }
     if (!ev.resource_version.empty()) st_.resource_version = ev.resource_version;
-    cp_.discovery_confirmed();  // the watch is live: the snapshot's set is current
+    members_.discovery_confirmed();  // the watch is live: the snapshot's set is current
     return true;
 }
 
@@ -251,16 +252,16 @@ void Discovery::on_end(bool clean, const std::string& why) {
         ++st_.lists;
         slices_.clear();
         for (auto& s : list.items) {
-            cp_.drop_refused(s.endpoints, "slice", s.name);
+            members_.drop_refused(s.endpoints, "slice", s.name);
             slices_[s.name] = std::move(s.endpoints);
         }
-        cp_.forget_refused(slices_);  // the list names every slice there is
+        members_.forget_refused(slices_);  // the list names every slice there is
         st_.resource_version = list.resource_version;
         backoff_ms_ = 0;
         forbidden_logged_ = false;
         logged_error_.clear();
         publish();
-        cp_.discovery_confirmed();
+        members_.discovery_confirmed();
         log::info("discovery: listed endpoint slices", {{"via", st_.via}, {"resource_version", st_.resource_version},
                                                         {"slices", static_cast<uint64_t>(slices_.size())},
                                                         {"endpoints", st_.endpoints}});
@@ -319,7 +320,7 @@ void Discovery::upstream_down(const Upstream& u) {
     arm(random_below(kBackoffMinMs), "waiting");
 }
 
-// The union of the slices' endpoints to the control plane, each address once.
+// The union of the slices' endpoints to the membership, each address once.
 void Discovery::publish() {
     std::vector<HostPort> all;
     std::unordered_set<std::string> seen;
@@ -327,7 +328,7 @@ void Discovery::publish() {
         for (const auto& e : eps)
             if (seen.insert(e.str()).second) all.push_back(e);
     st_.endpoints = all.size();
-    cp_.apply_discovered(std::move(all), Source::discovered);
+    members_.apply_discovered(std::move(all), Source::discovered);
 }
 
 }  // namespace kprism

@@ -2,23 +2,23 @@
 // Membership from discovery: admitting discovered endpoints (checked before use), draining those
 // that left (never the configured floor, never leaving nothing up), the snapshot read at start
 // and written after each change.
+#include "kprism/discovery/membership.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <tuple>
-#include <unordered_set>
 #include <cerrno>
 #include <ctime>
+#include <string_view>
+#include <tuple>
 
 #include "kprism/base/address_rules.h"
-#include "kprism/proxy/connection.h"
-#include "kprism/upstreams/control_plane.h"
-#include "kprism/discovery/discovery.h"
-#include "kprism/discovery/snapshot.h"
 #include "kprism/base/log.h"
 #include "kprism/base/random.h"
-#include "kprism/daemon/server.h"
+#include "kprism/discovery/discovery.h"
+#include "kprism/discovery/snapshot.h"
+#include "kprism/upstreams/control_plane.h"
 
 namespace kprism {
 
@@ -39,10 +39,17 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
 
 }  // namespace
 
-const OwnListeners& ControlPlane::own_listeners() const { return srv_.own_listeners(); }
+Membership::Membership(ControlPlane& cp) : cp_(cp) {}
 
-void ControlPlane::drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name) {
-    const AddressRules rules(discovery_allowed(config()), own_listeners());
+Membership::~Membership() = default;
+
+void Membership::close() {
+    closed_ = true;
+    if (discovery_) discovery_->close();
+}
+
+void Membership::drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name) {
+    const AddressRules rules(discovery_allowed(cp_.config()), cp_.own_listeners());
     const std::string from = fmt::format("{} {}", origin, name);
     auto it = refused_warned_.find(from);
     const std::unordered_set<std::string> none;
@@ -69,27 +76,36 @@ void ControlPlane::drop_refused(std::vector<HostPort>& endpoints, const char* or
     }
 }
 
-void ControlPlane::forget_refused(const std::map<std::string, std::vector<HostPort>>& slices) {
+void Membership::forget_refused(const std::map<std::string, std::vector<HostPort>>& slices) {
     std::erase_if(refused_warned_, [&](const auto& kv) {
         return kv.first.rfind("slice ", 0) == 0 && !slices.count(kv.first.substr(6));
     });
 }
 
-const DiscoveryStatus* ControlPlane::discovery() const { return discovery_ ? &discovery_->status() : nullptr; }
+const DiscoveryStatus* Membership::discovery() const { return discovery_ ? &discovery_->status() : nullptr; }
 
-Upstream* ControlPlane::find_live(const HostPort& addr) {
+Upstream* Membership::find_live(const HostPort& addr) {
     const std::string key = canonical(addr);
-    for (size_t i = 0; i < ups_.size(); ++i)
-        if (!ups_[i].removed && canonical(ups_[i]) == key) return &ups_[i];
+    UpstreamPool& ups = cp_.upstreams();
+    for (size_t i = 0; i < ups.size(); ++i)
+        if (!ups[i].removed && canonical(ups[i]) == key) return &ups[i];
     return nullptr;
 }
 
-bool ControlPlane::in_discovered(const Upstream& u) const { return contains(discovered_, canonical(u)); }
+bool Membership::in_discovered(const Upstream& u) const { return contains(discovered_, canonical(u)); }
+
+void Membership::passed_first_check(const Upstream& u) {
+    if (discovery_ && in_discovered(u)) write_snapshot();  // now a checked member
+}
+
+void Membership::upstream_down(const Upstream& u) {
+    if (discovery_) discovery_->upstream_down(u);
+}
 
 // At start (discovery on): the snapshot's members are added as source=snapshot, then the watch
 // begins. A snapshot that cannot be trusted is ignored with one warning; nothing here is fatal.
-void ControlPlane::start_discovery() {
-    const Settings& s = config().s;
+void Membership::start() {
+    const Settings& s = cp_.config().s;
     snapshot_.path = s.discovery_snapshot_file;
     snapshot_path_ = s.discovery_snapshot_file;
     ca_sha256_ = file_sha256_hex(s.ca_file);
@@ -125,12 +141,13 @@ void ControlPlane::start_discovery() {
             log::warn("discovery snapshot ignored", {{"path", s.discovery_snapshot_file}, {"reason", why}});
         }
     }
-    discovery_ = std::make_unique<Discovery>(*this);
+    discovery_ = std::make_unique<Discovery>(cp_, *this);
     discovery_->start();
 }
 
-void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src) {
+void Membership::apply_discovered(std::vector<HostPort> endpoints, Source src) {
     if (closed_) return;
+    UpstreamPool& ups = cp_.upstreams();
     // Each address once, in its one spelling (up to 32 slices of 1000 endpoints: no quadratic
     // work on the loop).
     std::vector<std::pair<std::string, HostPort>> want;
@@ -144,7 +161,7 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
         // cluster being rebuilt): every upstream stays.
         if (!empty_warned_)
             log::warn("discovery: the slices list no endpoint; keeping every upstream",
-                      {{"upstreams", static_cast<uint64_t>(ups_.size())}});
+                      {{"upstreams", static_cast<uint64_t>(ups.size())}});
         empty_warned_ = true;
         return;
     }
@@ -152,8 +169,8 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
     if (want.size() > kMaxDiscovered) {
         // The ones already known first (no churn among them), then address order.
         std::unordered_set<std::string> known;
-        for (size_t i = 0; i < ups_.size(); ++i)
-            if (!ups_[i].removed) known.insert(canonical(ups_[i]));
+        for (size_t i = 0; i < ups.size(); ++i)
+            if (!ups[i].removed) known.insert(canonical(ups[i]));
         std::vector<std::tuple<bool, std::string, HostPort>> order;
         order.reserve(want.size());
         for (auto& [key, hp] : want) order.emplace_back(!known.count(key), std::move(key), std::move(hp));
@@ -183,7 +200,7 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
             departing_.erase(std::remove(departing_.begin(), departing_.end(), key), departing_.end());
             continue;
         }
-        Upstream* u = ups_.add(hp, "", config().s.server_name);
+        Upstream* u = ups.add(hp, "", cp_.config().s.server_name);
         if (!u) {
             log::error("discovered endpoint not added: every slot is held", {{"upstream", key}});
             continue;
@@ -191,12 +208,12 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
         u->source = src;
         log::info("discovery: endpoint discovered; checked before use",
                   {{"upstream", u->name}, {"source", source_name(src)}});
-        start_checker(*u, random_below(200));
+        cp_.start_checker(*u, random_below(200));
     }
     // Those that left: configured ones stay (the floor); the rest drain once an upstream that
     // stays is up.
-    for (size_t i = 0; i < ups_.size(); ++i) {
-        Upstream& u = ups_[i];
+    for (size_t i = 0; i < ups.size(); ++i) {
+        Upstream& u = ups[i];
         if (u.removed || u.source == Source::configured || in_discovered(u)) continue;
         std::string key = canonical(u);
         if (std::find(departing_.begin(), departing_.end(), key) == departing_.end()) departing_.push_back(key);
@@ -206,26 +223,26 @@ void ControlPlane::apply_discovered(std::vector<HostPort> endpoints, Source src)
     if (changed && src == Source::discovered) write_snapshot();  // else discovery_confirmed() keeps it fresh
 }
 
-// Removes the upstreams that left the slices, but only while some upstream that stays is up: a
-// slice that replaces every member at once never leaves kprism with nothing to send to.
-void ControlPlane::settle_departures() {
+// A slice that replaces every member at once never leaves kprism with nothing to send to.
+void Membership::settle_departures() {
     if (departing_.empty()) return;
+    UpstreamPool& ups = cp_.upstreams();
     bool staying_up = false;
-    for (size_t i = 0; i < ups_.size(); ++i) {
-        const Upstream& u = ups_[i];
+    for (size_t i = 0; i < ups.size(); ++i) {
+        const Upstream& u = ups[i];
         if (!u.removed && u.health == Health::up &&
             std::find(departing_.begin(), departing_.end(), canonical(u)) == departing_.end())
             staying_up = true;
     }
-    const auto drain = static_cast<uint64_t>(config().s.drain_timeout.count());
+    const auto drain = static_cast<uint64_t>(cp_.config().s.drain_timeout.count());
     std::vector<std::string> waiting;
     for (const auto& key : departing_) {
         Upstream* u = nullptr;
-        for (size_t i = 0; i < ups_.size() && !u; ++i)
-            if (!ups_[i].removed && canonical(ups_[i]) == key) u = &ups_[i];
+        for (size_t i = 0; i < ups.size() && !u; ++i)
+            if (!ups[i].removed && canonical(ups[i]) == key) u = &ups[i];
         if (!u) continue;
         if (staying_up) {
-            remove_upstream(*u, "discovery: endpoint left the slices; its connections drain", drain);
+            cp_.remove_upstream(*u, "discovery: endpoint left the slices; its connections drain", drain);
         } else {
             if (!u->removal_waits)
                 log::warn("discovery: removal waits until an upstream that stays is up", {{"upstream", u->name}});
@@ -236,24 +253,12 @@ void ControlPlane::settle_departures() {
     departing_ = std::move(waiting);
 }
 
-void ControlPlane::remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms) {
-    u.removed = true;
-    log::info(msg, {{"upstream", u.name}, {"connections", u.active},
-                    {"drain_timeout", format_duration(Duration{static_cast<int64_t>(drain_ms)})}});
-    stop_checker(u);
-    if (discovery_) discovery_->upstream_down(u);
-    srv_.connections().for_each([&](Connection* c) {
-        if (c->upstream() == &u) c->close_later_for_removal(drain_ms);
-    });
-    srv_.health_changed();
-}
-
 // The members of the API's set that passed a check (in this process, or recorded so by the
 // snapshot read at start) to the snapshot file, off the loop (a fsync can take a while); one write
 // at a time, the newest set last. A member never seen ready is not written: after a restart during
 // an API outage, the snapshot offers only addresses that were apiservers of this cluster.
-void ControlPlane::write_snapshot() {
-    const Settings& s = config().s;
+void Membership::write_snapshot() {
+    const Settings& s = cp_.config().s;
     const auto now = static_cast<int64_t>(std::time(nullptr));
     if (s.discovery_snapshot_file.empty() || !api_set_) return;
     std::vector<std::string> checked;
@@ -282,20 +287,20 @@ void ControlPlane::write_snapshot() {
     snapshot_pending_set_ = std::move(checked);
     snapshot_writing_ = true;
     snapshot_work_.data = this;
-    if (uv_queue_work(loop(), &snapshot_work_, on_snapshot_work, on_snapshot_done) != 0) {
+    if (uv_queue_work(cp_.loop(), &snapshot_work_, on_snapshot_work, on_snapshot_done) != 0) {
         snapshot_writing_ = false;
         log::warn("discovery snapshot not written", {{"path", s.discovery_snapshot_file}, {"error", "uv_queue_work"}});
     }
 }
 
 // On a threadpool thread: touches only the text and the outcome.
-void ControlPlane::on_snapshot_work(uv_work_t* w) {
-    auto* self = static_cast<ControlPlane*>(w->data);
+void Membership::on_snapshot_work(uv_work_t* w) {
+    auto* self = static_cast<Membership*>(w->data);
     self->snapshot_ok_ = write_file_atomic(self->snapshot_path_, self->snapshot_text_, self->snapshot_error_);
 }
 
-void ControlPlane::on_snapshot_done(uv_work_t* w, int status) {
-    auto* self = static_cast<ControlPlane*>(w->data);
+void Membership::on_snapshot_done(uv_work_t* w, int status) {
+    auto* self = static_cast<Membership*>(w->data);
     self->snapshot_writing_ = false;
     if (status == 0 && self->snapshot_ok_) {
         self->snapshot_.state = "written";

@@ -76,7 +76,7 @@ void Connection::accept(Server& srv, uv_stream_t* listener) {
 
 Upstream* Connection::pick(uint64_t now) {
     ControlPlane& cp = srv_.control();
-    return pick_upstream(cp.upstreams(), srv_.policy(), tried_, now, cp.fallback_allowed());
+    return pick_upstream(cp.upstreams(), srv_.selection(), tried_, now, cp.fallback_allowed());
 }
 
 void Connection::start_attempt() {

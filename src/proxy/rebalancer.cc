@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "kprism/proxy/connection.h"
+#include "kprism/proxy/selection.h"
 #include "kprism/base/log.h"
 #include "kprism/base/random.h"
 #include "kprism/daemon/server.h"
@@ -102,17 +103,11 @@ void Rebalancer::tick() {
 
     // Eligible as pick_upstream() chooses: up, in the node's zone while one there is up, and in
     // the nearest latency tier under the latency policy.
-    bool zone_up = false;
-    for (size_t i = 0; i < pool.size(); ++i)
-        zone_up = zone_up || (!pool.node_zone.empty() && pool[i].zone == pool.node_zone && pool[i].available(now));
-    bool latency = srv_.config().policy == PolicyKind::latency;
-    bool tier_up = false;
-    for (size_t i = 0; i < pool.size(); ++i) tier_up = tier_up || (pool[i].available(now) && pool[i].fast_tier);
+    const UpstreamSet eligible = eligible_upstreams(pool, now, srv_.config().policy == PolicyKind::latency);
     std::vector<ShareInput> in(pool.size());
     for (size_t i = 0; i < pool.size(); ++i) {
-        Upstream& u = pool[i];
-        in[i].up = u.available(now);
-        in[i].eligible = in[i].up && (!zone_up || u.zone == pool.node_zone) && (!latency || !tier_up || u.fast_tier);
+        in[i].up = pool[i].available(now);
+        in[i].eligible = (eligible >> i) & 1;
     }
     const auto min_age = static_cast<uint64_t>(s.rebalance_min_age.count());
     srv_.connections().for_each([&](Connection* c) {

@@ -80,27 +80,37 @@ size_t below_share_first(Upstream** c, size_t n) {
 
 }  // namespace
 
+UpstreamSet eligible_upstreams(const UpstreamPool& pool, uint64_t now, bool latency_tier) {
+    bool zone_up = false, tier_up = false;
+    for (size_t i = 0; i < pool.size(); ++i) {
+        const Upstream& u = pool[i];
+        zone_up = zone_up || (!pool.node_zone.empty() && u.zone == pool.node_zone && u.available(now));
+        tier_up = tier_up || (u.available(now) && u.fast_tier);
+    }
+    UpstreamSet set = 0;
+    for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
+        const Upstream& u = pool[i];
+        if (u.available(now) && (!zone_up || u.zone == pool.node_zone) && (!latency_tier || !tier_up || u.fast_tier))
+            set |= UpstreamSet{1} << i;
+    }
+    return set;
+}
+
 Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback) {
     Upstream* up[kMaxUpstreams];
-    Upstream* in_zone[kMaxUpstreams];
+    Upstream* eligible_up[kMaxUpstreams];
     Upstream* unknown[kMaxUpstreams];
     Upstream* down[kMaxUpstreams];
-    size_t n_up = 0, n_zone = 0, n_unknown = 0, n_down = 0;
+    size_t n_up = 0, n_eligible = 0, n_unknown = 0, n_down = 0;
     Upstream* backoff = nullptr;
-    bool zone_up = false, any_up = false;
+    const UpstreamSet eligible = eligible_upstreams(pool, now, false);
+    const bool any_up = pool.available_count(now) > 0;
     for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
         Upstream& u = pool[i];
-        bool is_zone = !pool.node_zone.empty() && u.zone == pool.node_zone;
-        if (is_zone && u.available(now)) zone_up = true;
-        any_up = any_up || u.available(now);
-    }
-    for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
-        Upstream& u = pool[i];
-        bool is_zone = !pool.node_zone.empty() && u.zone == pool.node_zone;
         if ((tried >> i) & 1 || !u.resolved || u.removed) continue;
         if (u.available(now)) {
             up[n_up++] = &u;
-            if (is_zone) in_zone[n_zone++] = &u;
+            if ((eligible >> i) & 1) eligible_up[n_eligible++] = &u;
         } else if (!u.passed_check && (u.source != Source::configured || any_up)) {
             // Never ready since kprism started. Discovered (or read from the snapshot): not even
             // fail-open or a TLS bootstrap sends there (an address the slices list is not yet
@@ -116,9 +126,9 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
         }
     }
     // While an up upstream in the node's zone exists, stay in the zone (untried ones first, then
-    // the rest of the up ones as retries). While rebalancing fills an upstream below its share
-    // (rebalancer.h), new connections go there first.
-    if (zone_up && n_zone > 0) return policy.choose(in_zone, below_share_first(in_zone, n_zone));
+    // the rest of the up ones as retries); with none there every up one is eligible. While
+    // rebalancing fills an upstream below its share (rebalancer.h), new connections go there first.
+    if (n_eligible > 0) return policy.choose(eligible_up, below_share_first(eligible_up, n_eligible));
     if (n_up > 0) return policy.choose(up, below_share_first(up, n_up));
     if (!fallback) return nullptr;
     if (n_unknown > 0) return policy.choose(unknown, n_unknown);

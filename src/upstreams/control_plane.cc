@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "kprism/proxy/connection.h"
-#include "kprism/discovery/discovery.h"
+#include "kprism/discovery/membership.h"
 #include "kprism/base/log.h"
 #include "kprism/base/random.h"
 #include "kprism/daemon/server.h"
@@ -26,13 +26,13 @@
 namespace kprism {
 
 ControlPlane::ControlPlane(Server& srv, Stats& stats)
-    : srv_(srv), stats_(stats) {
+    : srv_(srv), stats_(stats), membership_(std::make_unique<Membership>(*this)) {
     const Config& cfg = srv.config();
     tls_ = std::make_unique<TlsClientContext>(cfg.s.client_cert, cfg.s.client_key, cfg.s.ca_file);
     for (const auto& e : cfg.endpoints) ups_.add(e.addr, e.zone, e.server_name);
     ups_.node_zone = cfg.s.zone;
-    ups_.policy.rise = static_cast<uint32_t>(cfg.s.health_rise);
-    ups_.policy.fall = static_cast<uint32_t>(cfg.s.health_fall);
+    ups_.rise_fall.rise = static_cast<uint32_t>(cfg.s.health_rise);
+    ups_.rise_fall.fall = static_cast<uint32_t>(cfg.s.health_fall);
     ups_.on_change = [this](Upstream& u, Health old) { on_health_change(u, old); };
 }
 
@@ -40,6 +40,9 @@ ControlPlane::~ControlPlane() = default;
 
 uv_loop_t* ControlPlane::loop() const { return srv_.loop(); }
 const Config& ControlPlane::config() const { return srv_.config(); }
+const OwnListeners& ControlPlane::own_listeners() const { return srv_.own_listeners(); }
+const DiscoveryStatus* ControlPlane::discovery() const { return membership_->discovery(); }
+const SnapshotStatus& ControlPlane::snapshot() const { return membership_->snapshot(); }
 
 void ControlPlane::start() {
     uv_timer_init(loop(), &resolve_timer_);
@@ -58,13 +61,13 @@ void ControlPlane::start() {
     // rollout); after that every checker drifts on its own jittered period.
     for (size_t i = 0; i < ups_.size(); ++i)
         start_checker(ups_[i], random_below(std::min<uint64_t>(1000, config().s.health_interval.count())));
-    if (config().s.discovery_enabled) start_discovery();
+    if (config().s.discovery_enabled) membership_->start();
 }
 
 void ControlPlane::close() {
     if (closed_) return;
     closed_ = true;
-    if (discovery_) discovery_->close();
+    membership_->close();
     for (auto& c : checkers_)
         if (c) c->close();
     for (size_t i = 0; i < ups_.size(); ++i)
@@ -145,7 +148,7 @@ void ControlPlane::record_check(Upstream& u, CheckResult r, const std::string& e
     const bool first_pass = !u.passed_check;
     if (out.hold) ups_.note(u, r, error, now, checks);
     else ups_.record(u, r, error, explicit_down, now, checks);
-    if (first_pass && u.passed_check && discovery_ && in_discovered(u)) write_snapshot();  // now a checked member
+    if (first_pass && u.passed_check) membership_->passed_first_check(u);
     on_credentials(out, u, now);
     review();
 }
@@ -268,8 +271,8 @@ void ControlPlane::upstream_ended(Upstream& u, uint64_t age_ms) {
 // etcd from all of them (hold_closes). The closes themselves follow from review()'s rule.
 void ControlPlane::on_health_change(Upstream& u, Health old) {
     size_t up = ups_.up_count();
-    if (discovery_ && u.health == Health::down) discovery_->upstream_down(u);
-    if (u.health == Health::up) settle_departures();
+    if (u.health == Health::down) membership_->upstream_down(u);
+    if (u.health == Health::up) membership_->settle_departures();
     if (u.health != Health::down) {
         u.close_held_since_ms = 0;
         u.close_hold = nullptr;
@@ -439,8 +442,8 @@ void ControlPlane::reconfigure(const Config& next, std::string& summary) {
         tls_->reread();  // SIGHUP also re-reads the certificates
     }
     ups_.node_zone = next.s.zone;
-    ups_.policy.rise = static_cast<uint32_t>(next.s.health_rise);
-    ups_.policy.fall = static_cast<uint32_t>(next.s.health_fall);
+    ups_.rise_fall.rise = static_cast<uint32_t>(next.s.health_rise);
+    ups_.rise_fall.fall = static_cast<uint32_t>(next.s.health_fall);
 }
 
 // Endpoints kept stay as they are (state, connections); new ones are checked at once; removed
@@ -459,7 +462,7 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
     for (size_t i = 0; i < keep.size(); ++i) {
         Upstream& u = ups_[i];
         if (keep[i] || u.removed) continue;
-        if (discovery_ && in_discovered(u)) {  // no longer configured, still in the slices
+        if (membership_->in_discovered(u)) {  // no longer configured, still in the slices
             if (u.source == Source::configured) u.source = Source::discovered;
             continue;
         }
@@ -481,6 +484,18 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         start_checker(*u, random_below(200));
     }
     arm_resolve_timer(next);
+}
+
+void ControlPlane::remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms) {
+    u.removed = true;
+    log::info(msg, {{"upstream", u.name}, {"connections", u.active},
+                    {"drain_timeout", format_duration(Duration{static_cast<int64_t>(drain_ms)})}});
+    stop_checker(u);
+    membership_->upstream_down(u);
+    srv_.connections().for_each([&](Connection* c) {
+        if (c->upstream() == &u) c->close_later_for_removal(drain_ms);
+    });
+    srv_.health_changed();
 }
 
 void ControlPlane::refuse_if_own(Upstream& u) {

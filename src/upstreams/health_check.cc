@@ -194,8 +194,8 @@ int HealthChecker::on_new_session(SSL* ssl, SSL_SESSION* sess) {
 
 std::string HealthChecker::request() const {
     const bool keep = cp_.config().s.health_new_connection_interval.count() > 0;
-    return fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: kprism/{}\r\nAccept: application/json, */*\r\n{}\r\n",
-                       cp_.config().s.health_path, up_.host_header(), kVersion, keep ? "" : "Connection: close\r\n");
+    return fmt::format("GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {}\r\nAccept: application/json, */*\r\n{}\r\n",
+                       cp_.config().s.health_path, up_.host_header(), kUserAgent, keep ? "" : "Connection: close\r\n");
 }
 
 void HealthChecker::send_request() {

@@ -196,19 +196,19 @@ bool UpstreamPool::apply(Upstream& u, CheckResult r, const std::string& error, b
     if (r == CheckResult::ready) {
         u.falls = 0;
         if (u.health == Health::unknown) set_health(u, Health::up, reason, now);
-        else if (u.health == Health::down && ++u.rises >= policy.rise) set_health(u, Health::up, reason, now);
+        else if (u.health == Health::down && ++u.rises >= rise_fall.rise) set_health(u, Health::up, reason, now);
         else if (u.health == Health::down && class_changed)
-            log::info("health check passed", {{"upstream", u.name}, {"rises", u.rises}, {"need", policy.rise}});
+            log::info("health check passed", {{"upstream", u.name}, {"rises", u.rises}, {"need", rise_fall.rise}});
     } else {
         u.rises = 0;
         if (u.health == Health::unknown) {
             set_health(u, Health::down, reason, now, detail);
         } else if (u.health == Health::up) {
             ++u.falls;
-            if (explicit_down || u.falls >= policy.fall) set_health(u, Health::down, reason, now, detail);
+            if (explicit_down || u.falls >= rise_fall.fall) set_health(u, Health::down, reason, now, detail);
             else
                 log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)},
-                                                  {"error", error}, {"falls", u.falls}, {"need", policy.fall}});
+                                                  {"error", error}, {"falls", u.falls}, {"need", rise_fall.fall}});
         } else if (class_changed) {
             log::warn("health check failed", {{"upstream", u.name}, {"result", result_name(r)}, {"error", error},
                                               {"checks", u.failing_checks.str()}, {"health", "down"}});

@@ -12,6 +12,8 @@
 
 #include "kprism/upstreams/control_plane.h"
 #include "kprism/daemon/server.h"
+#include "kprism/discovery/discovery.h"
+#include "kprism/discovery/membership.h"
 #include "kprism/upstreams/upstream.h"
 
 namespace kprism {

@@ -85,7 +85,7 @@ public:
     ConnectionPools& pools() { return pools_; }
     ControlPlane& control() { return control_; }
     const ControlPlane& control() const { return control_; }
-    Policy& policy() { return *policy_; }
+    Policy& selection() { return *selection_; }  // the selection policy in force
     const Stats& stats() const { return stats_; }
     IntrusiveList<Connection>& connections() { return conns_; }
     size_t active_connections() const { return conns_.size(); }
@@ -222,7 +222,7 @@ private:
     Loader loader_;
     Stats stats_;
     ConnectionPools pools_;
-    std::unique_ptr<Policy> policy_;
+    std::unique_ptr<Policy> selection_;
     ControlPlane control_;
     Rebalancer rebalancer_;
     std::vector<std::unique_ptr<Listener>> listeners_;

@@ -2,7 +2,7 @@
 // Discovery of the apiservers from the default/kubernetes EndpointSlices: list, then watch from
 // the list's resourceVersion (bookmarks on, 410 Gone lists again), through an upstream that is up,
 // with the kubelet's client certificate; errors back off from 1 s to 30 s with jitter. What it
-// finds goes to ControlPlane::apply_discovered(), which admits and removes upstreams.
+// finds goes to Membership::apply_discovered(), which admits and removes upstreams.
 #pragma once
 
 #include <uv.h>
@@ -13,14 +13,25 @@
 #include <vector>
 
 #include "kprism/base/address.h"
-#include "kprism/upstreams/control_plane.h"
 #include "kprism/discovery/parse.h"
 #include "kprism/upstreams/tls_client.h"
 
 namespace kprism {
 
 class ControlPlane;
+class Membership;
 struct Upstream;
+
+// What /status and the metrics show of discovery.
+struct DiscoveryStatus {
+    bool enabled = false;
+    const char* state = "off";  // off, waiting (no upstream up to ask), listing, watching, backoff
+    std::string via;            // the upstream the request in flight goes to
+    std::string resource_version;
+    uint64_t endpoints = 0;  // in the slices, admitted by the rules (ready, IP, port)
+    uint64_t lists = 0, relists = 0, events = 0, errors = 0;
+    std::string last_error;
+};
 
 // The request head of discovery's list (`resource_version` empty) or of a watch from
 // `resource_version` for `timeout_seconds`, to `host`. Empty, and nothing to send, when
@@ -28,9 +39,12 @@ struct Upstream;
 // request line unchecked.
 std::string discovery_request(std::string_view resource_version, uint64_t timeout_seconds, std::string_view host);
 
+// Owned by the Membership, made when discovery starts; it asks through `cp` (the loop, the
+// configuration, the upstreams and the client certificate) and hands what it finds to `members`.
+// Its timer and request are closed by close().
 class Discovery final : private TlsClient::Handler {
 public:
-    explicit Discovery(ControlPlane& cp);
+    Discovery(ControlPlane& cp, Membership& members);
     ~Discovery() override;
     Discovery(const Discovery&) = delete;
     Discovery& operator=(const Discovery&) = delete;
@@ -66,6 +80,7 @@ private:
     static void on_timer(uv_timer_t* t);
 
     ControlPlane& cp_;
+    Membership& members_;
     DiscoveryStatus st_;
     uv_timer_t timer_{};
     bool started_ = false;

@@ -16,7 +16,7 @@ struct Stats;
 
 // One upstream as the plan sees it.
 struct ShareInput {
-    bool eligible = false;  // up, and new connections may go to it (zone and latency rules)
+    bool eligible = false;  // up, and new connections may go to it (eligible_upstreams(), selection.h)
     bool up = false;        // up (an up upstream outside the eligible set should hold nothing)
     uint32_t connections = 0;  // established connections on it, not already being moved
     uint32_t movable = 0;      // of those, the ones old enough to be moved (rebalance.min_age)

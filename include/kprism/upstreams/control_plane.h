@@ -7,12 +7,9 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "kprism/config/config.h"
@@ -25,30 +22,15 @@ namespace kprism {
 
 class Server;
 struct Stats;
-class Discovery;
-
-// What /status and the metrics show of discovery.
-struct DiscoveryStatus {
-    bool enabled = false;
-    const char* state = "off";  // off, waiting (no upstream up to ask), listing, watching, backoff
-    std::string via;            // the upstream the request in flight goes to
-    std::string resource_version;
-    uint64_t endpoints = 0;  // in the slices, admitted by the rules (ready, IP, port)
-    uint64_t lists = 0, relists = 0, events = 0, errors = 0;
-    std::string last_error;
-};
-
-// The discovery snapshot file as /status shows it (membership.cc).
-struct SnapshotStatus {
-    const char* state = "disabled";  // disabled, none (no file yet), loaded, ignored, written, failed
-    std::string path;
-    std::string detail;        // why it was ignored, or why the write failed
-    int64_t written_unix = 0;  // of the file kprism last read or wrote; 0: none
-};
+class Membership;
+struct DiscoveryStatus;
+struct SnapshotStatus;
 
 // Owned by the Server, which it reaches for the loop, the configuration in force, the live
-// connections (closes on down) and the systemd status. Its handles (resolve timer, checkers) are
-// closed by close(); their memory is released with it, after the loop has stopped.
+// connections (closes on down) and the systemd status. It owns the Membership (discovered
+// upstreams and the snapshot, membership.h), made with it. Its handles (resolve timer, checkers,
+// and the Membership's discovery) are closed by close(); their memory is released with it, after
+// the loop has stopped.
 class ControlPlane {
 public:
     ControlPlane(Server& srv, Stats& stats);
@@ -98,28 +80,19 @@ public:
     // A client connection's attempt failed on `u` (`attempt_started_ms`: uv_now() when it began):
     // counted like a failed check, and a probe is started at once.
     void passive_failure(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t attempt_started_ms);
-    // Discovery's set of endpoints (`src`: discovered, or snapshot at start): new ones are added
-    // and checked before use, those that left drain unless no upstream that stays is up; the
-    // configured ones are the floor. An empty set changes nothing; more than kMaxDiscovered keep
-    // the known ones first (membership.cc).
-    void apply_discovered(std::vector<HostPort> endpoints, Source src);
-    // The API just confirmed the discovered set (a list, a watch event or bookmark): the snapshot
-    // is written again if it is older than kSnapshotRefreshS, so that its age says how long ago
-    // the API last spoke, not how long the membership has been stable.
-    void discovery_confirmed() { write_snapshot(); }
-    static constexpr int64_t kSnapshotRefreshS = 3600;
     // The sockets kprism listens on, as bound (Server::own_listeners): it never connects to them.
     const OwnListeners& own_listeners() const;
-    // Drops from `endpoints` every address the rules for discovered addresses refuse
-    // (address_rules.h, discovery.allowed_cidrs), with one warning per address and `origin`
-    // ("slice" or "snapshot", `name`) while it keeps being named: `endpoints` is all that `name`
-    // names now, and an address it no longer names is forgotten (warned again if named again).
-    void drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name);
-    // The slices there are now (after a deletion, or a list): what the others named is forgotten.
-    void forget_refused(const std::map<std::string, std::vector<HostPort>>& slices);
-    // nullptr when discovery is off.
+    // Starts checking `u` (a new upstream) after `first_delay_ms`; an earlier checker of its slot
+    // is closed first.
+    void start_checker(Upstream& u, uint64_t first_delay_ms);
+    // `u` takes no new connection from now on, its checker is closed and its connections drain
+    // for up to `drain_ms` (an endpoint removed by a reload, or one that left the slices); `msg`
+    // is the log line.
+    void remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms);
+    // Discovered upstreams and the snapshot (membership.h); what /status shows of them.
+    // discovery(): nullptr when discovery is off.
     const DiscoveryStatus* discovery() const;
-    const SnapshotStatus& snapshot() const { return snapshot_; }
+    const SnapshotStatus& snapshot() const;
     // A connection to a down upstream was closed (close_on_down).
     void note_closed_for_down();
     // May the connections of `u` be closed for being down now (close_on_down, down, not removed,
@@ -144,15 +117,6 @@ public:
 
 private:
     void on_health_change(Upstream& u, Health old);
-    // Membership (membership.cc): the snapshot read at start, removals that wait, the write.
-    void start_discovery();
-    void settle_departures();
-    void remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms);
-    bool in_discovered(const Upstream& u) const;
-    Upstream* find_live(const HostPort& addr);
-    void write_snapshot();
-    static void on_snapshot_work(uv_work_t* w);
-    static void on_snapshot_done(uv_work_t* w, int status);
     // Down for etcd: its closes wait (close_held_since_ms) until every other live upstream has a
     // result from after that, or for at most two fast intervals, so that etcd lost everywhere at
     // once is told from one apiserver losing it. review() ends holds and quorum episodes.
@@ -165,7 +129,6 @@ private:
     void check_all_soon(const Upstream* except);
     const char* close_hold(const Upstream& u) const;
     void close_stranded();
-    void start_checker(Upstream& u, uint64_t first_delay_ms);
     void stop_checker(Upstream& u);
     void reconfigure_endpoints(const Config& next, std::string& summary);
     void resolve(Upstream& u);
@@ -202,26 +165,8 @@ private:
     Credentials creds_;
     uint64_t tls_generation_seen_ = 0;
 
-    std::unique_ptr<Discovery> discovery_;
-    std::vector<std::string> discovered_;  // the admitted set, canonical "ip:port", sorted
-    std::vector<std::string> departing_;   // left the set, waiting for an upstream that stays to be up
-    bool empty_warned_ = false;
-    // "origin name" -> the refused addresses it named last, each warned about once. As many keys
-    // as live slices (bounded by discovery) and the snapshot.
-    std::unordered_map<std::string, std::unordered_set<std::string>> refused_warned_;
-    bool limit_warned_ = false;
-    std::string ca_sha256_;
-    SnapshotStatus snapshot_;
-    std::vector<std::string> snapshot_set_;  // what the file holds (as far as kprism knows)
-    bool api_set_ = false;  // discovered_ came from the API (not only from the snapshot)
-    uv_work_t snapshot_work_{};
-    bool snapshot_writing_ = false;
-    bool snapshot_again_ = false;
-    // The write in flight (the threadpool reads only these three).
-    std::string snapshot_path_, snapshot_text_, snapshot_error_;
-    bool snapshot_ok_ = false;
-    int64_t snapshot_written_pending_ = 0;
-    std::vector<std::string> snapshot_pending_set_;
+    // Discovered upstreams and the snapshot (membership.h); its Discovery is closed by close().
+    std::unique_ptr<Membership> membership_;
 };
 
 }  // namespace kprism

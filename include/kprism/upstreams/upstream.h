@@ -131,7 +131,7 @@ struct Upstream {
     DownReason down_reason = DownReason::other;
     uint64_t last_change_ms = 0;
     // Answered a readiness check "ready" at least once in this process. A discovered or snapshot
-    // upstream without it never gets a client connection, not even failing open (policy.cc).
+    // upstream without it never gets a client connection, not even failing open (pick_upstream).
     bool passed_check = false;
     // Read from a snapshot that records it as checked in an earlier process: kept in the snapshot
     // while the slices list it, but never a reason to send it traffic.
@@ -189,7 +189,9 @@ struct Upstream {
     bool available(uint64_t) const { return resolved && health == Health::up && !removed; }
 };
 
-struct HealthPolicy {
+// Readiness thresholds: consecutive ready results that take a down upstream up, consecutive
+// failures that take an up one down (health.rise, health.fall).
+struct RiseFall {
     uint32_t rise = 2;
     uint32_t fall = 2;
 };
@@ -206,7 +208,7 @@ public:
     const Upstream& operator[](size_t i) const { return *ups_[i]; }
 
     std::string node_zone;  // prefer upstreams in this zone while any there is up
-    HealthPolicy policy;
+    RiseFall rise_fall;
     // Called after an upstream's health changed (old value given).
     std::function<void(Upstream&, Health)> on_change;
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kprism/base/version.h"
 #include "kprism/discovery/discovery.h"
 #include "kprism/discovery/parse.h"
 
@@ -646,6 +647,7 @@ void expect_one_head(const std::string& req) {
     EXPECT_EQ(lines[0].find(' '), 3u);
     EXPECT_EQ(lines[0].find(' ', 4), lines[0].size() - 9) << lines[0];  // "... HTTP/1.1"
     EXPECT_EQ(lines[1], "Host: 10.0.0.1");
+    EXPECT_EQ(lines[2], std::string("User-Agent: kprism/") + kprism::kVersion);  // as the readiness probe's
     for (const auto& l : lines) {
         EXPECT_EQ(l.find('\n'), std::string::npos);
         EXPECT_EQ(l.find("Injected"), std::string::npos) << l;
