@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Refused ranges, CIDRs, kprism's own listeners and the discovery admission rules (kprism/address_rules.h).
+// Refused ranges, CIDRs, kprism's own listeners and the discovery admission rules (kprism/base/address_rules.h).
 #include "kprism/base/address_rules.h"
 
 #include <arpa/inet.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// host:port parsing, IP literals, loopback detection and sockaddr printing (kprism/address.h).
+// host:port parsing, IP literals, loopback detection and sockaddr printing (kprism/base/address.h).
 #include "kprism/base/address.h"
 
 #include <arpa/inet.h>

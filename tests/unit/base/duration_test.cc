@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Go-style duration parsing and formatting (kprism/duration.h).
+// Go-style duration parsing and formatting (kprism/base/duration.h).
 #include "kprism/base/duration.h"
 
 #include <gtest/gtest.h>

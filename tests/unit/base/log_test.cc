@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Structured log line rendering: logfmt and JSON escaping, level parsing (kprism/log.h).
+// Structured log line rendering: logfmt and JSON escaping, level parsing (kprism/base/log.h).
 #include "kprism/base/log.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Who a pid is (kprism/process_identity.h): the executable rule, the listening sockets of a
+// Who a pid is (kprism/cli/process_identity.h): the executable rule, the listening sockets of a
 // /proc/net/tcp table that take a connection to an address, and this process read from /proc.
 #include "kprism/cli/process_identity.h"
 

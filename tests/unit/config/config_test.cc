@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Configuration: command line, TOML, flags over file, whole-config validation, rendering (kprism/config.h).
+// Configuration: command line, TOML, flags over file, whole-config validation, rendering (kprism/config/config.h).
 #include "kprism/config/config.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// BufferPool free-list accounting (kprism/buffer_pool.h).
+// BufferPool free-list accounting (kprism/proxy/buffer_pool.h).
 #include "kprism/proxy/buffer_pool.h"
 
 #include <gtest/gtest.h>

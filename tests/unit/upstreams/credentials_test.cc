@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The credentials condition's state machine (kprism/credentials.h): rounds, entering, the odd
+// The credentials condition's state machine (kprism/upstreams/credentials.h): rounds, entering, the odd
 // one out, leaving on an accepted certificate or a rotation, stale generations.
 #include "kprism/upstreams/credentials.h"
 
