@@ -7,6 +7,7 @@
 
 #include <ctime>
 
+#include "kprism/daemon/server.h"
 #include "kprism/upstreams/tls_context.h"
 #include "kprism/base/version.h"
 

@@ -10,11 +10,13 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/daemon/stats.h"
 #include "kprism/upstreams/control_plane.h"
-#include "kprism/daemon/server.h"
 #include "kprism/upstreams/upstream.h"
 
 namespace kprism {
+
+class Server;
 
 // What /metrics, /readyz and /status show, gathered in one place. The upstream pointers are valid
 // only while the Server is (take, render and drop it within one callback).
