@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Prometheus text rendering of a Snapshot, and taking the snapshot from the Server.
+// Prometheus text rendering of a StateView, and taking the view from the Server.
 #include "kprism/admin/metrics.h"
 
 #include <fmt/format.h>
@@ -13,14 +13,14 @@
 
 namespace kprism {
 
-size_t Snapshot::up_count() const {
+size_t StateView::up_count() const {
     size_t n = 0;
     for (const Upstream* u : upstreams) n += u->health == Health::up;
     return n;
 }
 
-Snapshot take_snapshot(Server& srv) {
-    Snapshot s;
+StateView take_state_view(Server& srv) {
+    StateView s;
     s.version = kVersion;
     s.pid = static_cast<int64_t>(getpid());
     s.stats = srv.stats();
@@ -91,7 +91,7 @@ std::string num(double v) { return fmt::format("{}", v); }
 
 }  // namespace
 
-std::string render_metrics(const Snapshot& s) {
+std::string render_metrics(const StateView& s) {
     std::string out;
     out.reserve(4096 + 2048 * s.upstreams.size());
     Writer w(out);

@@ -22,8 +22,8 @@ Upstream make_upstream(const std::string& name) {
     return u;
 }
 
-Snapshot snapshot_of(const std::vector<const Upstream*>& ups) {
-    Snapshot s;
+StateView view_of(const std::vector<const Upstream*>& ups) {
+    StateView s;
     s.version = "1.2.3";
     s.upstreams = ups;
     return s;
@@ -90,7 +90,7 @@ const char* const kFamilies[][2] = {
 
 TEST(Metrics, EveryFamilyHasHelpAndTypeAndNoOther) {
     Upstream a = make_upstream("10.0.0.1:6443");
-    std::string out = render_metrics(snapshot_of({&a}));
+    std::string out = render_metrics(view_of({&a}));
     std::set<std::string> typed;
     for (const auto& l : lines(out)) {
         if (l.rfind("# TYPE ", 0) == 0) typed.insert(l.substr(7));
@@ -120,7 +120,7 @@ TEST(Metrics, MatchesTheMonitoringFamilyList) {
 
 TEST(Metrics, FamiliesAreContiguous) {
     Upstream a = make_upstream("a:1"), b = make_upstream("b:1");
-    std::string out = render_metrics(snapshot_of({&a, &b}));
+    std::string out = render_metrics(view_of({&a, &b}));
     // Every sample line belongs to the family of the last TYPE line (histograms add suffixes).
     std::string family, type;
     std::set<std::string> seen;
@@ -145,7 +145,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
     EXPECT_EQ(escape_label_value(R"(a\b"c)" "\n" "d"), R"(a\\b\"c\nd)");
     EXPECT_EQ(escape_label_value("plain:6443"), "plain:6443");
     Upstream u = make_upstream("we\"ird\\host\nname:1");
-    Snapshot s = snapshot_of({&u});
+    StateView s = view_of({&u});
     s.version = "v\"1";
     std::string out = render_metrics(s);
     EXPECT_TRUE(has_line(out, R"(kprism_build_info{version="v\"1"} 1)")) << out;
@@ -169,7 +169,7 @@ TEST(Metrics, CountersAndGauges) {
     u.full_handshakes = 1;
     u.resumed_handshakes = 4;
     u.rtt_ms = 1.5;
-    Snapshot s = snapshot_of({&u});
+    StateView s = view_of({&u});
     s.stats.accepted = 41;
     s.stats.resumed = 12;
     s.stats.rejected = 1;
@@ -231,7 +231,7 @@ TEST(Metrics, CountersAndGauges) {
 
 TEST(Metrics, UnknownValuesAreOmittedNotFaked) {
     Upstream u = make_upstream("a:1");  // rtt_ms < 0: never measured
-    Snapshot s = snapshot_of({&u});     // no client certificate
+    StateView s = view_of({&u});     // no client certificate
     std::string out = render_metrics(s);
     EXPECT_NE(out.find("# TYPE kprism_upstream_probe_rtt_seconds gauge"), std::string::npos);
     EXPECT_EQ(out.find("kprism_upstream_probe_rtt_seconds{"), std::string::npos);
@@ -245,7 +245,7 @@ TEST(Metrics, UnknownValuesAreOmittedNotFaked) {
 
 TEST(Metrics, RemainingValidityIsNegativeOnceExpired) {
     Upstream u = make_upstream("a:1");
-    Snapshot s = snapshot_of({&u});
+    StateView s = view_of({&u});
     s.client_cert_not_after = 1700000000;
     s.now_unix = 1700000600;
     std::string out = render_metrics(s);
@@ -256,7 +256,7 @@ TEST(Metrics, RemainingValidityIsNegativeOnceExpired) {
 TEST(Metrics, HistogramBucketsAreCumulative) {
     Upstream u = make_upstream("a:1");
     for (double v : {0.001, 0.005, 0.007, 0.3, 0.3, 4.0, 9.0}) u.check_duration.observe(v);
-    std::string out = render_metrics(snapshot_of({&u}));
+    std::string out = render_metrics(view_of({&u}));
     const std::string b = "kprism_health_check_duration_seconds_bucket{upstream=\"a:1\",le=";
     for (const std::string& l : {
              b + "\"0.005\"} 2",  // le is inclusive
@@ -372,7 +372,7 @@ TEST(Metrics, DownReasonIsABoundedStateSet) {
     a.down_reason = DownReason::timeout;  // left from an earlier outage: not shown while up
     b.health = Health::down;
     b.down_reason = DownReason::etcd;
-    std::string out = render_metrics(snapshot_of({&a, &b}));
+    std::string out = render_metrics(view_of({&a, &b}));
     size_t series = 0, ones = 0;
     for (const auto& l : lines(out)) {
         if (l.rfind("kprism_upstream_down_reason{", 0) != 0) continue;
@@ -407,7 +407,7 @@ TEST(Metrics, ResultAndReasonTablesGiveTheLabels) {
 
     Upstream u = make_upstream("10.0.0.1:6443");
     for (size_t i = 0; i < kCheckResults; ++i) u.checks[i] = 10 + i;
-    std::string out = render_metrics(snapshot_of({&u}));
+    std::string out = render_metrics(view_of({&u}));
     for (const auto& c : kCheckResultTable)
         EXPECT_NE(out.find(fmt::format("kprism_health_checks_total{{upstream=\"10.0.0.1:6443\",result=\"{}\"}} {}\n", c.name,
                                        10 + static_cast<size_t>(c.result))),
