@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // A view of the daemon's counters and state (StateView), and its Prometheus text rendering
-// (/metrics).
+// (/metrics). The families rendered are listed in metric_families.h.
 //
 // The text format is rendered here rather than with prometheus-cpp: that library brings threads and
 // an HTTP server of its own, where kprism has one event loop and serves /metrics from it.
@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/admin/metric_families.h"
 #include "kprism/daemon/stats.h"
 #include "kprism/upstreams/control_plane.h"
 #include "kprism/upstreams/upstream.h"
@@ -47,8 +48,9 @@ struct StateView {
 // The state of `srv` now (skipping upstreams removed by a reload).
 StateView take_state_view(Server& srv);
 
-// Prometheus text exposition format 0.0.4: HELP and TYPE for every family, even one without
-// samples. The family names are an interface: alert rules are written against them.
+// Prometheus text exposition format 0.0.4: HELP and TYPE for every family of kMetricFamilies, in
+// its order, even one without samples. The family names are an interface: alert rules are
+// written against them.
 std::string render_metrics(const StateView& s);
 constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 

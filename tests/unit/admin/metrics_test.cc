@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// /metrics rendering: every family with HELP and TYPE, label escaping, cumulative histogram
+// /metrics rendering: every family of kMetricFamilies once, in order, with HELP and TYPE (and
+// tests/monitoring/metric-families.txt the same list), label escaping, cumulative histogram
 // buckets, omitted samples; and the heartbeat verdict behind /healthz.
 #include <gtest/gtest.h>
 
@@ -9,8 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "kprism/daemon/heartbeat.h"
+#include "kprism/admin/metric_families.h"
 #include "kprism/admin/metrics.h"
+#include "kprism/daemon/heartbeat.h"
 
 using namespace kprism;
 
@@ -42,102 +44,69 @@ bool has_line(const std::string& text, const std::string& line) {
     return false;
 }
 
-const char* const kFamilies[][2] = {
-    {"kprism_build_info", "gauge"},
-    {"kprism_connections_active", "gauge"},
-    {"kprism_connections_accepted_total", "counter"},
-    {"kprism_connections_resumed_total", "counter"},
-    {"kprism_crash_copy_connections", "gauge"},
-    {"kprism_connections_rejected_total", "counter"},
-    {"kprism_client_failures_total", "counter"},
-    {"kprism_connections_replayed_total", "counter"},
-    {"kprism_accept_errors_total", "counter"},
-    {"kprism_upstream_connections_active", "gauge"},
-    {"kprism_upstream_connections_total", "counter"},
-    {"kprism_upstream_connect_errors_total", "counter"},
-    {"kprism_upstream_bytes_total", "counter"},
-    {"kprism_upstream_state", "gauge"},
-    {"kprism_upstream_down_reason", "gauge"},
-    {"kprism_upstream_close_bursts_total", "counter"},
-    {"kprism_upstream_transitions_total", "counter"},
-    {"kprism_health_checks_total", "counter"},
-    {"kprism_health_check_duration_seconds", "histogram"},
-    {"kprism_upstream_probe_rtt_seconds", "gauge"},
-    {"kprism_tls_handshakes_total", "counter"},
-    {"kprism_health_checks_reused_connection_total", "counter"},
-    {"kprism_health_check_connections_ended_total", "counter"},
-    {"kprism_health_checkers", "gauge"},
-    {"kprism_connections_closed_upstream_down_total", "counter"},
-    {"kprism_connections_rebalanced_total", "counter"},
-    {"kprism_fail_open_active", "gauge"},
-    {"kprism_etcd_quorum_lost", "gauge"},
-    {"kprism_discovery_endpoints", "gauge"},
-    {"kprism_discovery_lists_total", "counter"},
-    {"kprism_discovery_relists_total", "counter"},
-    {"kprism_discovery_watch_events_total", "counter"},
-    {"kprism_discovery_errors_total", "counter"},
-    {"kprism_discovery_snapshot_age_seconds", "gauge"},
-    {"kprism_upstream_source", "gauge"},
-    {"kprism_fail_open_episodes_total", "counter"},
-    {"kprism_config_reloads_total", "counter"},
-    {"kprism_client_certificate_expiry_timestamp_seconds", "gauge"},
-    {"kprism_client_certificate_remaining_seconds", "gauge"},
-    {"kprism_client_certificate_rejected", "gauge"},
-    {"kprism_heartbeat_age_seconds", "gauge"},
-};
-
 }  // namespace
 
-TEST(Metrics, EveryFamilyHasHelpAndTypeAndNoOther) {
+// /metrics is kMetricFamilies: each row's HELP and TYPE lines once, in the table's order, and
+// no other family (FamiliesAreContiguous: every sample belongs to the family above it).
+TEST(Metrics, EveryFamilyOfTheTableOnceInOrder) {
     Upstream a = make_upstream("10.0.0.1:6443");
-    std::string out = render_metrics(view_of({&a}));
-    std::set<std::string> typed;
-    for (const auto& l : lines(out)) {
-        if (l.rfind("# TYPE ", 0) == 0) typed.insert(l.substr(7));
-        if (l.rfind("# HELP ", 0) == 0) {
-            EXPECT_GT(l.size(), l.find(' ', 7) + 1) << "HELP has text: " << l;
+    for (bool enabled : {false, true}) {
+        StateView s = view_of({&a});
+        s.discovery.enabled = enabled;
+        std::string out = render_metrics(s);
+        std::vector<std::string> headers, want;
+        for (const auto& l : lines(out))
+            if (l.rfind("#", 0) == 0) headers.push_back(l);
+        for (const MetricFamily& f : kMetricFamilies) {
+            want.push_back(fmt::format("# HELP {} {}", f.name, f.help));
+            want.push_back(fmt::format("# TYPE {} {}", f.name, f.type));
         }
+        EXPECT_EQ(headers, want) << out;
+        EXPECT_EQ(out.back(), '\n');
     }
-    std::set<std::string> want;
-    for (auto& f : kFamilies) {
-        want.insert(std::string(f[0]) + " " + f[1]);
-        EXPECT_NE(out.find(std::string("# HELP ") + f[0] + " "), std::string::npos) << f[0];
-    }
-    EXPECT_EQ(typed, want);
-    EXPECT_EQ(out.back(), '\n');
 }
 
-// The list the monitoring rules are tested against must agree with what is rendered.
+// The list the monitoring rules are tested against (tests/monitoring/run.sh reads it) is the
+// table's: "name type" per family, in its order.
 TEST(Metrics, MatchesTheMonitoringFamilyList) {
     std::ifstream f("tests/monitoring/metric-families.txt");
     if (!f) GTEST_SKIP() << "run from the source tree to compare with tests/monitoring/metric-families.txt";
-    std::set<std::string> listed, rendered;
+    std::vector<std::string> listed, want;
     for (std::string l; std::getline(f, l);)
-        if (!l.empty() && l[0] != '#') listed.insert(l);
-    for (auto& fam : kFamilies) rendered.insert(std::string(fam[0]) + " " + fam[1]);
-    EXPECT_EQ(listed, rendered);
+        if (!l.empty() && l[0] != '#') listed.push_back(l);
+    for (const MetricFamily& fam : kMetricFamilies) want.push_back(fmt::format("{} {}", fam.name, fam.type));
+    EXPECT_EQ(listed, want);
 }
 
 TEST(Metrics, FamiliesAreContiguous) {
     Upstream a = make_upstream("a:1"), b = make_upstream("b:1");
-    std::string out = render_metrics(view_of({&a, &b}));
-    // Every sample line belongs to the family of the last TYPE line (histograms add suffixes).
-    std::string family, type;
-    std::set<std::string> seen;
-    for (const auto& l : lines(out)) {
-        if (l.rfind("# TYPE ", 0) == 0) {
-            family = l.substr(7, l.rfind(' ') - 7);
-            type = l.substr(l.rfind(' ') + 1);
-            EXPECT_TRUE(seen.insert(family).second) << "family repeated: " << family;
-            continue;
+    a.rtt_ms = 1.5;
+    StateView all = view_of({&a, &b});  // a sample in every family
+    all.crash_copy_connections = 2;
+    all.client_cert_not_after = 1900000000;
+    all.discovery.enabled = true;
+    all.snapshot.written_unix = 1800000000;
+    for (const StateView& s : {view_of({&a, &b}), all}) {
+        std::string out = render_metrics(s);
+        // Every sample line belongs to the family of the last TYPE line (histograms add suffixes).
+        std::string family, type;
+        std::set<std::string> seen;
+        for (const auto& l : lines(out)) {
+            if (l.rfind("# TYPE ", 0) == 0) {
+                family = l.substr(7, l.rfind(' ') - 7);
+                type = l.substr(l.rfind(' ') + 1);
+                EXPECT_TRUE(seen.insert(family).second) << "family repeated: " << family;
+                continue;
+            }
+            if (l[0] == '#') continue;
+            std::string name = l.substr(0, l.find_first_of("{ "));
+            if (type == "histogram") {
+                EXPECT_TRUE(name == family + "_bucket" || name == family + "_sum" || name == family + "_count") << l;
+            } else {
+                EXPECT_EQ(name, family) << l;
+            }
         }
-        if (l[0] == '#') continue;
-        std::string name = l.substr(0, l.find_first_of("{ "));
-        if (type == "histogram") {
-            EXPECT_TRUE(name == family + "_bucket" || name == family + "_sum" || name == family + "_count") << l;
-        } else {
-            EXPECT_EQ(name, family) << l;
-        }
+        EXPECT_EQ(seen.size(), kMetricFamilyCount);
     }
 }
 
