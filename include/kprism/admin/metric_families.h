@@ -2,9 +2,11 @@
 // The metric families of /metrics: name, type and help text of each, in the order rendered.
 //
 // kMetricFamilies is the one list: render_metrics() writes each family's HELP and TYPE from its
-// row (by Metric), and the unit tests compare /metrics and tests/monitoring/metric-families.txt
-// with it. The family names are an interface: alerting rules and dashboards are written against
-// them. A new family gets a Metric value and a row at the place /metrics renders it.
+// row (by Metric), the unit tests compare /metrics and tests/monitoring/metric-families.txt with
+// it, and tests/packaging/doc_drift.sh compares kprism(8) with it. The family names are an
+// interface: alerting rules and dashboards are written against them. A new family gets a Metric
+// value and a row at the place /metrics renders it; each row starts on one line as
+// `{Metric::x, "kprism_x", "type",` (doc_drift.sh reads the names and types from there).
 // Static data: the strings live for the whole program.
 #pragma once
 
