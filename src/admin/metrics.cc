@@ -124,8 +124,8 @@ std::string render_metrics(const StateView& s) {
     for (const Upstream* u : ups) w.sample(up_label(*u), u->total);
     w.family(Metric::upstream_connect_errors_total);
     for (const Upstream* u : ups)
-        for (size_t i = 0; i < kConnectErrors; ++i)
-            w.sample(up_label(*u, "reason", connect_error_name(static_cast<ConnectError>(i))), u->connect_errors[i]);
+        for (const ConnectErrorInfo& e : kConnectErrorTable)
+            w.sample(up_label(*u, "reason", e.name), u->connect_errors[static_cast<size_t>(e.error)]);
     w.family(Metric::upstream_bytes_total);
     for (const Upstream* u : ups) {
         w.sample(up_label(*u, "direction", "to_upstream"), u->bytes_to_upstream);

@@ -354,17 +354,21 @@ TEST(Metrics, DownReasonIsABoundedStateSet) {
     EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.1:6443\",reason=\"timeout\"} 0\n"), std::string::npos);
 }
 
-// The result classes and down reasons are each one table: the labels are the ones kprism always
-// had, every array indexed by them is sized by it, and the metrics have a series per row.
+// The result classes, down reasons and connect error reasons are each one table: the labels are
+// the ones kprism always had, every array indexed by them is sized by it, and the metrics have a
+// series per row.
 TEST(Metrics, ResultAndReasonTablesGiveTheLabels) {
-    std::vector<std::string> results, reasons;
+    std::vector<std::string> results, reasons, connect_errors;
     for (const auto& c : kCheckResultTable) results.push_back(c.name);
     for (const auto& d : kDownReasonTable) reasons.push_back(d.name);
+    for (const auto& e : kConnectErrorTable) connect_errors.push_back(e.name);
     EXPECT_EQ(results, (std::vector<std::string>{"ready", "not_ready", "timeout", "connect_failed", "tls_failed",
                                                  "unauthorized"}));
     EXPECT_EQ(reasons, (std::vector<std::string>{"shutdown", "etcd", "other", "unauthorized", "connect", "timeout",
                                                  "tls"}));
+    EXPECT_EQ(connect_errors, (std::vector<std::string>{"refused", "timeout", "no_response", "other"}));
     static_assert(std::size(Upstream{}.checks) == kCheckResults);
+    static_assert(std::size(Upstream{}.connect_errors) == kConnectErrors);
     EXPECT_EQ(result_name(CheckResult::tls_failed), std::string("tls_failed"));
     EXPECT_EQ(down_reason_name(DownReason::connect), std::string("connect"));
     EXPECT_EQ(down_reason_of(CheckResult::connect_failed, {}), DownReason::connect);
@@ -382,4 +386,11 @@ TEST(Metrics, ResultAndReasonTablesGiveTheLabels) {
                                        10 + static_cast<size_t>(c.result))),
                   std::string::npos)
             << c.name << "\n" << out;
+    for (size_t i = 0; i < kConnectErrors; ++i) u.connect_errors[i] = 20 + i;
+    out = render_metrics(view_of({&u}));
+    for (const auto& e : kConnectErrorTable)
+        EXPECT_NE(out.find(fmt::format("kprism_upstream_connect_errors_total{{upstream=\"10.0.0.1:6443\",reason=\"{}\"}} {}\n",
+                                       e.name, 20 + static_cast<size_t>(e.error))),
+                  std::string::npos)
+            << e.name << "\n" << out;
 }
