@@ -319,7 +319,7 @@ void BM_Flags(benchmark::State& state, bool load) {
 BENCHMARK_CAPTURE(BM_Flags, parse, false)->Name("Flags/parse_command_line");
 BENCHMARK_CAPTURE(BM_Flags, load, true)->Name("Flags/parse_and_load");
 
-// 5. /metrics: render_metrics() of a snapshot of `range(0)` upstreams (the mixed pool: three
+// 5. /metrics: render_metrics() of a StateView of `range(0)` upstreams (the mixed pool: three
 // zones, a fifth down) with counters and check-duration histograms filled in as after a day.
 void BM_Metrics(benchmark::State& state) {
     const size_t n = static_cast<size_t>(state.range(0));
@@ -328,7 +328,7 @@ void BM_Metrics(benchmark::State& state) {
         state.SkipWithError("setup failed");
         return;
     }
-    Snapshot s;
+    StateView s;
     s.version = kVersion;
     s.stats = Stats{.accepted = 123456, .rejected = 0, .accept_errors = 2, .client_failures = 7,
                     .connect_failures = 31, .replayed = 4, .closed_for_down = 55, .fail_open_episodes = 1,

@@ -116,8 +116,8 @@ AdminResponse Admin::route(const HttpRequest& req) {
         bool ok = srv_.heartbeat().healthy(&why);
         return text(ok ? 200 : 503, ok ? "ok\n" : why + "\n");
     }
-    Snapshot s = take_snapshot(srv_);
-    if (req.path == "/readyz") return text(snapshot_ready(s) ? 200 : 503, render_readyz(s, req.has_param("verbose")));
+    StateView s = take_state_view(srv_);
+    if (req.path == "/readyz") return text(state_ready(s) ? 200 : 503, render_readyz(s, req.has_param("verbose")));
     if (req.path == "/metrics") {
         AdminResponse r = text(200, render_metrics(s));
         r.content_type = kMetricsContentType;

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The /status JSON document (render and parse, with nlohmann-json) and the /readyz text of a Snapshot.
+// The /status JSON document (render and parse, with nlohmann-json) and the /readyz text of a StateView.
 #include "kprism/admin/status.h"
 
 #include <fmt/format.h>
@@ -48,12 +48,12 @@ int64_t int_of(const Json& v) {
 
 }  // namespace
 
-std::string render_status_json(const Snapshot& s) {
+std::string render_status_json(const StateView& s) {
     const Stats& st = s.stats;
     Json doc = {
         {"version", s.version},
         {"pid", s.pid},
-        {"ready", snapshot_ready(s)},
+        {"ready", state_ready(s)},
         {"fail_open", s.fail_open},
         {"draining", s.draining},
         {"connections_active", s.connections_active},
@@ -122,9 +122,9 @@ std::string render_status_json(const Snapshot& s) {
     return json_dump(doc) + "\n";
 }
 
-bool snapshot_ready(const Snapshot& s) { return !s.draining && s.up_count() > 0; }
+bool state_ready(const StateView& s) { return !s.draining && s.up_count() > 0; }
 
-std::string render_readyz(const Snapshot& s, bool verbose) {
+std::string render_readyz(const StateView& s, bool verbose) {
     std::string out;
     if (verbose) {
         for (const Upstream* u : s.upstreams) {

@@ -31,16 +31,6 @@ const char* health_name(Health h) {
     return "?";
 }
 
-const char* connect_error_name(ConnectError e) {
-    switch (e) {
-    case ConnectError::refused: return "refused";
-    case ConnectError::timeout: return "timeout";
-    case ConnectError::no_response: return "no_response";
-    case ConnectError::other: return "other";
-    }
-    return "?";
-}
-
 ConnectFailure connect_failure_from_uv(int uv_status) {
     switch (uv_status) {
     case UV_ECONNREFUSED: return ConnectFailure::refused;

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Documentation drift: every default, bound and size that the man pages (and README.md and the
-# packaging READMEs) state, compared with what the code says. One line per checked fact, then
-# "doc-drift: N passed, M failed"; exit status 1 on any failure.
+# packaging READMEs) state, and the metric families kprism(8) lists, compared with what the code
+# says. One line per checked fact, then "doc-drift: N passed, M failed"; exit status 1 on any
+# failure.
 #
 # What the code says comes from the binary where it can tell (`kprism check` prints every
 # default, an out-of-range value makes it print the key's bounds, a bad value its choices, 65
 # endpoints must be refused) and otherwise from the named constants in include/ and src/
 # (kChunkSize, kMaxFirstFlight, Admin::kMaxConnections, kMaxUpstreams, ...), found by name
-# wherever they are defined. What the docs say is read from the man pages as mandoc renders
+# wherever they are defined, and from the table of metric families (kMetricFamilies in
+# include/kprism/admin/metric_families.h). What the docs say is read from the man pages as mandoc renders
 # them (so a phrase split over source lines still matches) and from the Markdown as written.
 # A phrase that is no longer in a document fails too: reword it here when you reword it there.
 #
@@ -267,6 +269,26 @@ check "check duration buckets Histogram::kBounds (ms, s)" "$buckets" kprism.8 'b
 check "kprism status ERROR cell kErrorCellMax" "$(code 'kErrorCellMax\s*=\s*(\d+);')" kprism.8 'cut to # characters'
 fmtv=$(code 'kMetricsContentType\s*=\s*"text/plain; version=([0-9.]+);')
 check "metrics format kMetricsContentType" "$fmtv" kprism.8 'text exposition format #'
+
+# --- Metric families: kprism(8) against kMetricFamilies ------------------------------------------
+# Each row of the table ({Metric::x, "kprism_x", "type", on one line) must be an item of kprism(8)
+# Metrics, "kprism_x{labels} type", of that type; and every kprism_* name kprism(8) uses anywhere
+# must be a family of the table (a histogram's may add _bucket, _sum or _count).
+FAMILIES_H=include/kprism/admin/metric_families.h
+perl -ne 'print "$1 $2\n" if /^\s*\{Metric::\w+,\s*"(kprism_\w+)",\s*"(\w+)",/' "$FAMILIES_H" >"$tmp/families"
+if [ ! -s "$tmp/families" ]; then
+    bad "metric families: no rows read from $FAMILIES_H"
+fi
+while read -r name type; do
+    said=$(sed -n -E "s/^ +${name}(\{[a-z_,]*\})? ([a-z]+)\$/\2/p" "$tmp/man8.txt" | sort -u | tr '\n' ' ' | sed 's/ $//')
+    if [ "$said" = "$type" ]; then ok "metric family $name $type: kprism.8 Metrics"
+    elif [ -z "$said" ]; then bad "metric family $name $type: kprism.8 Metrics has no item '$name $type'"
+    else bad "metric family $name $type: kprism.8 Metrics says '$said'"; fi
+done <"$tmp/families"
+known=$(awk '{ print $1; if ($2 == "histogram") print $1 "_bucket\n" $1 "_sum\n" $1 "_count" }' "$tmp/families")
+unknown=$(grep -oE 'kprism_[a-z][a-z0-9_]*' "$tmp/man8.txt" | sort -u | grep -vxF "$known" || true)
+if [ -z "$unknown" ]; then ok "metric families: every kprism_* name in kprism.8 is a family of $FAMILIES_H"
+else bad "metric families: kprism.8 names families not in $FAMILIES_H: $(tr '\n' ' ' <<<"$unknown" | sed 's/ $//')"; fi
 
 # --- Exit statuses ----------------------------------------------------------------------------
 check "exit status kExitConfig" "$(code 'kExitConfig\s*=\s*(\d+);')" kprism.8 ' # The command line or the configuration is invalid'

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The admin endpoint's views of a Snapshot: the /status JSON document (rendered by the daemon,
-// parsed by `kprism status`) and the /readyz text.
+// The admin endpoint's other renderings of a StateView (metrics.h): the /status JSON document
+// (rendered by the daemon, parsed by `kprism status`) and the /readyz text.
 #pragma once
 
 #include <cstdint>
@@ -30,13 +30,13 @@ namespace kprism {
 // and "source": "static"|"discovered"|"snapshot" in each upstream entry.
 // reload.generation counts finished reload attempts (ok + failed); `kprism reload` waits for it to
 // move. Strings are valid UTF-8 (invalid bytes from an upstream become U+FFFD).
-std::string render_status_json(const Snapshot& s);
+std::string render_status_json(const StateView& s);
 
 // /readyz: "ok" or why not; verbose adds one line per upstream ("[+]10.0.0.1:6443 up",
 // "[-]10.0.0.2:6443 down: not_ready: HTTP 500 ..."). Ready: some upstream is up and kprism is
 // not shutting down.
-bool snapshot_ready(const Snapshot& s);
-std::string render_readyz(const Snapshot& s, bool verbose);
+bool state_ready(const StateView& s);
+std::string render_readyz(const StateView& s, bool verbose);
 
 // The /status document as `kprism status` reads it.
 struct StatusUpstream {

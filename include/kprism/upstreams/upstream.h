@@ -79,10 +79,29 @@ enum class ConnectFailure {
 ConnectFailure connect_failure_from_uv(int uv_status);
 const char* connect_failure_name(ConnectFailure f);  // for log lines: "refused", "no_response", ...
 
-// The label set of kprism_upstream_connect_errors_total{reason=...}: kept small and stable.
-enum class ConnectError { refused, timeout, no_response, other };
-constexpr size_t kConnectErrors = 4;
-const char* connect_error_name(ConnectError e);
+// The label set of kprism_upstream_connect_errors_total{reason=...}: kept small and stable, and
+// listed once in kConnectErrorTable (a row per value, in the enum's order), which sizes every
+// array and loop over them. A new one goes before `last` and gets its row.
+enum class ConnectError { refused, timeout, no_response, other, last = other };
+struct ConnectErrorInfo {
+    ConnectError error;
+    const char* name;  // the metric label
+};
+inline constexpr ConnectErrorInfo kConnectErrorTable[] = {
+    {ConnectError::refused, "refused"},
+    {ConnectError::timeout, "timeout"},
+    {ConnectError::no_response, "no_response"},
+    {ConnectError::other, "other"},
+};
+inline constexpr size_t kConnectErrors = std::size(kConnectErrorTable);
+static_assert(static_cast<size_t>(ConnectError::last) + 1 == kConnectErrors, "a row in kConnectErrorTable per ConnectError");
+consteval bool connect_error_rows_in_order() {
+    for (size_t i = 0; i < kConnectErrors; ++i)
+        if (static_cast<size_t>(kConnectErrorTable[i].error) != i) return false;
+    return true;
+}
+static_assert(connect_error_rows_in_order(), "kConnectErrorTable's rows in ConnectError's order");
+constexpr const char* connect_error_name(ConnectError e) { return kConnectErrorTable[static_cast<size_t>(e)].name; }
 ConnectError connect_error_of(ConnectFailure f);
 // How a passive failure counts among the check results: silence is a timeout, the rest a
 // failed connect.

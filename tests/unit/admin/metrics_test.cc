@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// /metrics rendering: every family with HELP and TYPE, label escaping, cumulative histogram
+// /metrics rendering: every family of kMetricFamilies once, in order, with HELP and TYPE (and
+// tests/monitoring/metric-families.txt the same list), label escaping, cumulative histogram
 // buckets, omitted samples; and the heartbeat verdict behind /healthz.
 #include <gtest/gtest.h>
 
@@ -9,8 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "kprism/daemon/heartbeat.h"
+#include "kprism/admin/metric_families.h"
 #include "kprism/admin/metrics.h"
+#include "kprism/daemon/heartbeat.h"
 
 using namespace kprism;
 
@@ -22,8 +24,8 @@ Upstream make_upstream(const std::string& name) {
     return u;
 }
 
-Snapshot snapshot_of(const std::vector<const Upstream*>& ups) {
-    Snapshot s;
+StateView view_of(const std::vector<const Upstream*>& ups) {
+    StateView s;
     s.version = "1.2.3";
     s.upstreams = ups;
     return s;
@@ -42,102 +44,69 @@ bool has_line(const std::string& text, const std::string& line) {
     return false;
 }
 
-const char* const kFamilies[][2] = {
-    {"kprism_build_info", "gauge"},
-    {"kprism_connections_active", "gauge"},
-    {"kprism_connections_accepted_total", "counter"},
-    {"kprism_connections_resumed_total", "counter"},
-    {"kprism_crash_copy_connections", "gauge"},
-    {"kprism_connections_rejected_total", "counter"},
-    {"kprism_client_failures_total", "counter"},
-    {"kprism_connections_replayed_total", "counter"},
-    {"kprism_accept_errors_total", "counter"},
-    {"kprism_upstream_connections_active", "gauge"},
-    {"kprism_upstream_connections_total", "counter"},
-    {"kprism_upstream_connect_errors_total", "counter"},
-    {"kprism_upstream_bytes_total", "counter"},
-    {"kprism_upstream_state", "gauge"},
-    {"kprism_upstream_down_reason", "gauge"},
-    {"kprism_upstream_close_bursts_total", "counter"},
-    {"kprism_upstream_transitions_total", "counter"},
-    {"kprism_health_checks_total", "counter"},
-    {"kprism_health_check_duration_seconds", "histogram"},
-    {"kprism_upstream_probe_rtt_seconds", "gauge"},
-    {"kprism_tls_handshakes_total", "counter"},
-    {"kprism_health_checks_reused_connection_total", "counter"},
-    {"kprism_health_check_connections_ended_total", "counter"},
-    {"kprism_health_checkers", "gauge"},
-    {"kprism_connections_closed_upstream_down_total", "counter"},
-    {"kprism_connections_rebalanced_total", "counter"},
-    {"kprism_fail_open_active", "gauge"},
-    {"kprism_etcd_quorum_lost", "gauge"},
-    {"kprism_discovery_endpoints", "gauge"},
-    {"kprism_discovery_lists_total", "counter"},
-    {"kprism_discovery_relists_total", "counter"},
-    {"kprism_discovery_watch_events_total", "counter"},
-    {"kprism_discovery_errors_total", "counter"},
-    {"kprism_discovery_snapshot_age_seconds", "gauge"},
-    {"kprism_upstream_source", "gauge"},
-    {"kprism_fail_open_episodes_total", "counter"},
-    {"kprism_config_reloads_total", "counter"},
-    {"kprism_client_certificate_expiry_timestamp_seconds", "gauge"},
-    {"kprism_client_certificate_remaining_seconds", "gauge"},
-    {"kprism_client_certificate_rejected", "gauge"},
-    {"kprism_heartbeat_age_seconds", "gauge"},
-};
-
 }  // namespace
 
-TEST(Metrics, EveryFamilyHasHelpAndTypeAndNoOther) {
+// /metrics is kMetricFamilies: each row's HELP and TYPE lines once, in the table's order, and
+// no other family (FamiliesAreContiguous: every sample belongs to the family above it).
+TEST(Metrics, EveryFamilyOfTheTableOnceInOrder) {
     Upstream a = make_upstream("10.0.0.1:6443");
-    std::string out = render_metrics(snapshot_of({&a}));
-    std::set<std::string> typed;
-    for (const auto& l : lines(out)) {
-        if (l.rfind("# TYPE ", 0) == 0) typed.insert(l.substr(7));
-        if (l.rfind("# HELP ", 0) == 0) {
-            EXPECT_GT(l.size(), l.find(' ', 7) + 1) << "HELP has text: " << l;
+    for (bool enabled : {false, true}) {
+        StateView s = view_of({&a});
+        s.discovery.enabled = enabled;
+        std::string out = render_metrics(s);
+        std::vector<std::string> headers, want;
+        for (const auto& l : lines(out))
+            if (l.rfind("#", 0) == 0) headers.push_back(l);
+        for (const MetricFamily& f : kMetricFamilies) {
+            want.push_back(fmt::format("# HELP {} {}", f.name, f.help));
+            want.push_back(fmt::format("# TYPE {} {}", f.name, f.type));
         }
+        EXPECT_EQ(headers, want) << out;
+        EXPECT_EQ(out.back(), '\n');
     }
-    std::set<std::string> want;
-    for (auto& f : kFamilies) {
-        want.insert(std::string(f[0]) + " " + f[1]);
-        EXPECT_NE(out.find(std::string("# HELP ") + f[0] + " "), std::string::npos) << f[0];
-    }
-    EXPECT_EQ(typed, want);
-    EXPECT_EQ(out.back(), '\n');
 }
 
-// The list the monitoring rules are tested against must agree with what is rendered.
+// The list the monitoring rules are tested against (tests/monitoring/run.sh reads it) is the
+// table's: "name type" per family, in its order.
 TEST(Metrics, MatchesTheMonitoringFamilyList) {
     std::ifstream f("tests/monitoring/metric-families.txt");
     if (!f) GTEST_SKIP() << "run from the source tree to compare with tests/monitoring/metric-families.txt";
-    std::set<std::string> listed, rendered;
+    std::vector<std::string> listed, want;
     for (std::string l; std::getline(f, l);)
-        if (!l.empty() && l[0] != '#') listed.insert(l);
-    for (auto& fam : kFamilies) rendered.insert(std::string(fam[0]) + " " + fam[1]);
-    EXPECT_EQ(listed, rendered);
+        if (!l.empty() && l[0] != '#') listed.push_back(l);
+    for (const MetricFamily& fam : kMetricFamilies) want.push_back(fmt::format("{} {}", fam.name, fam.type));
+    EXPECT_EQ(listed, want);
 }
 
 TEST(Metrics, FamiliesAreContiguous) {
     Upstream a = make_upstream("a:1"), b = make_upstream("b:1");
-    std::string out = render_metrics(snapshot_of({&a, &b}));
-    // Every sample line belongs to the family of the last TYPE line (histograms add suffixes).
-    std::string family, type;
-    std::set<std::string> seen;
-    for (const auto& l : lines(out)) {
-        if (l.rfind("# TYPE ", 0) == 0) {
-            family = l.substr(7, l.rfind(' ') - 7);
-            type = l.substr(l.rfind(' ') + 1);
-            EXPECT_TRUE(seen.insert(family).second) << "family repeated: " << family;
-            continue;
+    a.rtt_ms = 1.5;
+    StateView all = view_of({&a, &b});  // a sample in every family
+    all.crash_copy_connections = 2;
+    all.client_cert_not_after = 1900000000;
+    all.discovery.enabled = true;
+    all.snapshot.written_unix = 1800000000;
+    for (const StateView& s : {view_of({&a, &b}), all}) {
+        std::string out = render_metrics(s);
+        // Every sample line belongs to the family of the last TYPE line (histograms add suffixes).
+        std::string family, type;
+        std::set<std::string> seen;
+        for (const auto& l : lines(out)) {
+            if (l.rfind("# TYPE ", 0) == 0) {
+                family = l.substr(7, l.rfind(' ') - 7);
+                type = l.substr(l.rfind(' ') + 1);
+                EXPECT_TRUE(seen.insert(family).second) << "family repeated: " << family;
+                continue;
+            }
+            if (l[0] == '#') continue;
+            std::string name = l.substr(0, l.find_first_of("{ "));
+            if (type == "histogram") {
+                EXPECT_TRUE(name == family + "_bucket" || name == family + "_sum" || name == family + "_count") << l;
+            } else {
+                EXPECT_EQ(name, family) << l;
+            }
         }
-        if (l[0] == '#') continue;
-        std::string name = l.substr(0, l.find_first_of("{ "));
-        if (type == "histogram") {
-            EXPECT_TRUE(name == family + "_bucket" || name == family + "_sum" || name == family + "_count") << l;
-        } else {
-            EXPECT_EQ(name, family) << l;
-        }
+        EXPECT_EQ(seen.size(), kMetricFamilyCount);
     }
 }
 
@@ -145,7 +114,7 @@ TEST(Metrics, LabelValuesAreEscaped) {
     EXPECT_EQ(escape_label_value(R"(a\b"c)" "\n" "d"), R"(a\\b\"c\nd)");
     EXPECT_EQ(escape_label_value("plain:6443"), "plain:6443");
     Upstream u = make_upstream("we\"ird\\host\nname:1");
-    Snapshot s = snapshot_of({&u});
+    StateView s = view_of({&u});
     s.version = "v\"1";
     std::string out = render_metrics(s);
     EXPECT_TRUE(has_line(out, R"(kprism_build_info{version="v\"1"} 1)")) << out;
@@ -169,7 +138,7 @@ TEST(Metrics, CountersAndGauges) {
     u.full_handshakes = 1;
     u.resumed_handshakes = 4;
     u.rtt_ms = 1.5;
-    Snapshot s = snapshot_of({&u});
+    StateView s = view_of({&u});
     s.stats.accepted = 41;
     s.stats.resumed = 12;
     s.stats.rejected = 1;
@@ -231,7 +200,7 @@ TEST(Metrics, CountersAndGauges) {
 
 TEST(Metrics, UnknownValuesAreOmittedNotFaked) {
     Upstream u = make_upstream("a:1");  // rtt_ms < 0: never measured
-    Snapshot s = snapshot_of({&u});     // no client certificate
+    StateView s = view_of({&u});     // no client certificate
     std::string out = render_metrics(s);
     EXPECT_NE(out.find("# TYPE kprism_upstream_probe_rtt_seconds gauge"), std::string::npos);
     EXPECT_EQ(out.find("kprism_upstream_probe_rtt_seconds{"), std::string::npos);
@@ -245,7 +214,7 @@ TEST(Metrics, UnknownValuesAreOmittedNotFaked) {
 
 TEST(Metrics, RemainingValidityIsNegativeOnceExpired) {
     Upstream u = make_upstream("a:1");
-    Snapshot s = snapshot_of({&u});
+    StateView s = view_of({&u});
     s.client_cert_not_after = 1700000000;
     s.now_unix = 1700000600;
     std::string out = render_metrics(s);
@@ -256,7 +225,7 @@ TEST(Metrics, RemainingValidityIsNegativeOnceExpired) {
 TEST(Metrics, HistogramBucketsAreCumulative) {
     Upstream u = make_upstream("a:1");
     for (double v : {0.001, 0.005, 0.007, 0.3, 0.3, 4.0, 9.0}) u.check_duration.observe(v);
-    std::string out = render_metrics(snapshot_of({&u}));
+    std::string out = render_metrics(view_of({&u}));
     const std::string b = "kprism_health_check_duration_seconds_bucket{upstream=\"a:1\",le=";
     for (const std::string& l : {
              b + "\"0.005\"} 2",  // le is inclusive
@@ -372,7 +341,7 @@ TEST(Metrics, DownReasonIsABoundedStateSet) {
     a.down_reason = DownReason::timeout;  // left from an earlier outage: not shown while up
     b.health = Health::down;
     b.down_reason = DownReason::etcd;
-    std::string out = render_metrics(snapshot_of({&a, &b}));
+    std::string out = render_metrics(view_of({&a, &b}));
     size_t series = 0, ones = 0;
     for (const auto& l : lines(out)) {
         if (l.rfind("kprism_upstream_down_reason{", 0) != 0) continue;
@@ -385,17 +354,21 @@ TEST(Metrics, DownReasonIsABoundedStateSet) {
     EXPECT_NE(out.find("kprism_upstream_down_reason{upstream=\"10.0.0.1:6443\",reason=\"timeout\"} 0\n"), std::string::npos);
 }
 
-// The result classes and down reasons are each one table: the labels are the ones kprism always
-// had, every array indexed by them is sized by it, and the metrics have a series per row.
+// The result classes, down reasons and connect error reasons are each one table: the labels are
+// the ones kprism always had, every array indexed by them is sized by it, and the metrics have a
+// series per row.
 TEST(Metrics, ResultAndReasonTablesGiveTheLabels) {
-    std::vector<std::string> results, reasons;
+    std::vector<std::string> results, reasons, connect_errors;
     for (const auto& c : kCheckResultTable) results.push_back(c.name);
     for (const auto& d : kDownReasonTable) reasons.push_back(d.name);
+    for (const auto& e : kConnectErrorTable) connect_errors.push_back(e.name);
     EXPECT_EQ(results, (std::vector<std::string>{"ready", "not_ready", "timeout", "connect_failed", "tls_failed",
                                                  "unauthorized"}));
     EXPECT_EQ(reasons, (std::vector<std::string>{"shutdown", "etcd", "other", "unauthorized", "connect", "timeout",
                                                  "tls"}));
+    EXPECT_EQ(connect_errors, (std::vector<std::string>{"refused", "timeout", "no_response", "other"}));
     static_assert(std::size(Upstream{}.checks) == kCheckResults);
+    static_assert(std::size(Upstream{}.connect_errors) == kConnectErrors);
     EXPECT_EQ(result_name(CheckResult::tls_failed), std::string("tls_failed"));
     EXPECT_EQ(down_reason_name(DownReason::connect), std::string("connect"));
     EXPECT_EQ(down_reason_of(CheckResult::connect_failed, {}), DownReason::connect);
@@ -407,10 +380,17 @@ TEST(Metrics, ResultAndReasonTablesGiveTheLabels) {
 
     Upstream u = make_upstream("10.0.0.1:6443");
     for (size_t i = 0; i < kCheckResults; ++i) u.checks[i] = 10 + i;
-    std::string out = render_metrics(snapshot_of({&u}));
+    std::string out = render_metrics(view_of({&u}));
     for (const auto& c : kCheckResultTable)
         EXPECT_NE(out.find(fmt::format("kprism_health_checks_total{{upstream=\"10.0.0.1:6443\",result=\"{}\"}} {}\n", c.name,
                                        10 + static_cast<size_t>(c.result))),
                   std::string::npos)
             << c.name << "\n" << out;
+    for (size_t i = 0; i < kConnectErrors; ++i) u.connect_errors[i] = 20 + i;
+    out = render_metrics(view_of({&u}));
+    for (const auto& e : kConnectErrorTable)
+        EXPECT_NE(out.find(fmt::format("kprism_upstream_connect_errors_total{{upstream=\"10.0.0.1:6443\",reason=\"{}\"}} {}\n",
+                                       e.name, 20 + static_cast<size_t>(e.error))),
+                  std::string::npos)
+            << e.name << "\n" << out;
 }

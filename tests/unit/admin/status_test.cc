@@ -114,7 +114,7 @@ namespace {
 
 struct Fixture {
     Upstream a, b, c;
-    Snapshot s;
+    StateView s;
     Fixture() {
         a.name = "10.0.0.1:6443";
         a.zone = "zone-a";
@@ -264,11 +264,11 @@ TEST(Status, InvalidUtf8InAnErrorBecomesReplacementCharacters) {
 TEST(Status, NotReadyWhenNoneUpOrDraining) {
     Fixture f;
     f.a.health = Health::down;
-    EXPECT_FALSE(snapshot_ready(f.s));
+    EXPECT_FALSE(state_ready(f.s));
     EXPECT_NE(render_status_json(f.s).find(R"("ready":false)"), std::string::npos);
     f.a.health = Health::up;
     f.s.draining = true;
-    EXPECT_FALSE(snapshot_ready(f.s));
+    EXPECT_FALSE(state_ready(f.s));
     EXPECT_EQ(render_readyz(f.s, false), "not ready: shutting down\n");
 }
 
