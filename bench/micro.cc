@@ -361,7 +361,7 @@ void BM_Metrics(benchmark::State& state) {
 }
 BENCHMARK(BM_Metrics)->Name("Metrics/render")->Arg(3)->Arg(50);
 
-// One crash copy (server_crash.cc, keep_on_crash) of N established connections, the work kprism
+// One crash copy (src/handoff/crash_copy.cc, keep_on_crash) of N established connections, the work kprism
 // does for it at most once a second: each connection's four addresses, the record, the memfd, and
 // both sockets queued on a new carrier. N loopback TCP connections stand for the client and
 // upstream sockets (one connection's two ends as one kprism connection's two sockets).

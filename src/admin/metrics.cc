@@ -25,7 +25,8 @@ StateView take_state_view(Server& srv) {
     s.pid = static_cast<int64_t>(getpid());
     s.stats = srv.stats();
     s.connections_active = srv.active_connections();
-    s.crash_copy_connections = srv.crash_copy_on() ? static_cast<int64_t>(srv.crash_copy_connections()) : -1;
+    const Handoff& handoff = srv.handoff();
+    s.crash_copy_connections = handoff.crash_copy_on() ? static_cast<int64_t>(handoff.crash_copy_connections()) : -1;
     s.fail_open = srv.control().failing_open();
     s.etcd_quorum_lost = srv.control().etcd_quorum_lost();
     s.health_checkers = srv.control().checkers_allocated();

@@ -36,7 +36,7 @@ int run(const Config& cfg, const CommandLine& cl, int argc, char** argv) {
         Server server(
             &loop, cfg, [](Server& s) { return std::make_unique<Admin>(s); },
             [&cl](Config& next, std::vector<std::string>& errors) { return load_config(cl, next, errors); });
-        server.set_command_line(argc, argv);
+        server.handoff().set_command_line(argc, argv);
         std::string err;
         if (!server.start(err)) {
             log::error("startup failed", {{"error", err}});
@@ -44,7 +44,7 @@ int run(const Config& cfg, const CommandLine& cl, int argc, char** argv) {
         }
         // On failure this only runs the close callbacks of what start() opened.
         uv_run(&loop, UV_RUN_DEFAULT);
-        if (rc == 0) rc = server.exit_code();
+        if (rc == 0) rc = server.handoff().exit_code();
     }
     if (int r = uv_loop_close(&loop); r != 0) log::error("event loop closed with open handles", {{"error", uv_strerror(r)}});
     return rc;

@@ -125,10 +125,7 @@ bool Server::apply_listeners(const Config& next, std::string& error, std::string
         log::info("listening", {{"address", f->name}});
         listeners_.push_back(std::move(f));
     }
-    if (changed && crash_.on) {  // a removed listener must not stay open in the crash copy
-        crash_.listeners_changed = true;
-        copy_for_crash();
-    }
+    if (changed) handoff_.listeners_changed();  // a removed listener must not stay open in the crash copy
     return true;
 }
 

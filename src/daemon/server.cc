@@ -76,7 +76,7 @@ bool Server::start_listeners(std::string& error) {
     for (const auto& addr : cfg_.listen) {
         auto l = std::make_unique<Listener>();
         // A socket the previous process handed over: it has been listening all along.
-        int fd = take_handover_listener(addr);
+        int fd = handoff_.take_handover_listener(addr);
         int r = fd >= 0 ? l->start_fd(loop_, this, fd) : l->start(loop_, this, as_sockaddr(addr));
         if (r != 0) {
             error = fmt::format("cannot listen on {}: {}", sockaddr_str(addr), uv_strerror(r));
@@ -138,8 +138,8 @@ bool Server::start(std::string& error) {
     heartbeat_.start(loop_);
     control_.start();
     rebalancer_.start();
-    resume_handover();
-    start_crash_copy();
+    handoff_.resume_handover();
+    handoff_.start_crash_copy();
     std::string names;
     for (const auto& e : cfg_.endpoints) names += (names.empty() ? "" : ",") + e.addr.str();
     log::info("started", {{"upstreams", names}, {"policy", selection_->name()},
@@ -162,7 +162,7 @@ void Server::update_connection_limit() {
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
         // Not the handed-over sockets still waiting to become connections (counted as those).
         if (fds_at_start_ < 0)
-            fds_at_start_ = open_fds() >= 0 ? std::max(0, open_fds() - static_cast<int>(handover_.passed.size())) : 16;
+            fds_at_start_ = open_fds() >= 0 ? std::max(0, open_fds() - static_cast<int>(handoff_.passed_count())) : 16;
         uint64_t reserve = static_cast<uint64_t>(fds_at_start_) + control_.upstreams().size() + kAdminReserveFds + kSpareFds;
         uint64_t fit = rl.rlim_cur > reserve + 2 ? (rl.rlim_cur - reserve) / 2 : 1;
         if (fit < limit) {
@@ -187,7 +187,7 @@ void Server::connection_opened(Connection* c, bool resumed) {
 
 void Server::connection_closed(Connection* c) {
     conns_.remove(c);
-    if (draining_ && !handover_.active && conns_.empty()) finish();
+    if (draining_ && !handoff_.handing_over() && conns_.empty()) finish();
 }
 
 void Server::watch_half_closed() {
@@ -199,7 +199,7 @@ void Server::watch_half_closed() {
 // while there are any; idle connections cost nothing (no timer of their own).
 void Server::on_half_close_sweep(uv_timer_t* t) {
     auto* self = static_cast<Server*>(t->data);
-    if (self->handover_.active) return;  // the sockets go to the next process as they are
+    if (self->handoff_.handing_over()) return;  // the sockets go to the next process as they are
     bool any = false;
     self->conns_.for_each([&any](Connection* c) { any |= c->check_half_closed(); });
     if (!any) uv_timer_stop(t);
@@ -239,7 +239,7 @@ void Server::on_signal(uv_signal_t* s, int signum) {
     case SIGINT: self->begin_shutdown(signum); break;
     case SIGUSR1: self->log_stats(); break;
     case SIGHUP: self->reload(); break;
-    case SIGUSR2: self->begin_restart_in_place(); break;
+    case SIGUSR2: self->handoff_.begin_restart_in_place(); break;
     }
 }
 
@@ -252,7 +252,7 @@ void Server::begin_shutdown(int signum) {
         return;
     }
     if (signum == SIGTERM && notify::fdstore_max() > 0) {
-        begin_handover(why);
+        handoff_.begin_handover(why);
         return;
     }
     draining_ = true;
@@ -289,15 +289,10 @@ void Server::finish() {
         admin_->close();
         runtime::withdraw_admin_address();
     }
-    drop_crash_copy();
+    handoff_.close();  // the crash copy, and a restart in place being checked
     heartbeat_.close();
     control_.close();
     rebalancer_.close();
-    if (checking_) {  // a restart in place being checked: it will not happen now
-        uv_process_kill(&check_, SIGKILL);
-        uv_close(h(&check_), nullptr);
-        checking_ = false;
-    }
     for (uv_signal_t& sig : signals_)
         if (sig.data && !uv_is_closing(h(&sig))) uv_close(h(&sig), nullptr);
     for (uv_timer_t* t : {&drain_timer_, &half_close_timer_, &sd_.ready_timer, &sd_.watchdog_timer})

@@ -30,7 +30,7 @@ bool loopback_allowed(const Config& cfg, int fd, const sockaddr_storage& ss, std
 bool Server::adopt_passed_sockets(std::string& error) {
     std::vector<notify::ListenFd> passed = notify::listen_fds(&error);
     if (!error.empty()) return false;
-    // A restart in place (server_restart.cc): the previous process's descriptors, inherited by exec.
+    // A restart in place (handoff/in_place.cc): the previous process's descriptors, inherited by exec.
     for (notify::ListenFd& x : handover::inherited_fds(&error)) passed.push_back(std::move(x));
     if (!error.empty()) {
         for (const notify::ListenFd& p : passed) ::close(p.fd);
@@ -39,16 +39,15 @@ bool Server::adopt_passed_sockets(std::string& error) {
     std::string addresses;
     auto fail = [&](size_t i) {
         for (size_t j = i; j < passed.size(); ++j) ::close(passed[j].fd);
-        for (const notify::ListenFd& p : handover_.passed) ::close(p.fd);
-        handover_.passed.clear();
+        handoff_.close_passed();
         for (auto& l : listeners_) l->close();
         if (sd_.admin_fd >= 0) ::close(take_admin_fd());
         return false;
     };
     for (size_t i = 0; i < passed.size(); ++i) {
         const notify::ListenFd& p = passed[i];
-        if (handover::is_handover_name(p.name)) {  // the previous process's (server_handover.cc)
-            handover_.passed.push_back(p);
+        if (handover::is_handover_name(p.name)) {  // the previous process's (handoff/fd_store.cc)
+            handoff_.keep_passed(p);
             continue;
         }
         const bool admin = p.name == "admin";

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Crash survival (keep_on_crash): a standing copy of the listeners and established connections in
-// systemd's fd store, replaced as connections come and go, for the process started after a crash.
+// Handoff: crash survival (keep_on_crash): a standing copy of the listeners and established
+// connections in systemd's fd store, replaced as connections come and go, for the process started
+// after a crash.
 //
-// The copy is what a planned handover stores (server_handover.cc), taken while kprism runs: the
+// The copy is what a planned handover stores (fd_store.cc), taken while kprism runs: the
 // connection sockets queued in one AF_UNIX carrier socket, and the record naming their pairs. It is
 // replaced at most once a second, and only when a connection was spliced or a copied one closed:
 // a handful of notify messages, whatever the number of connections (bench/history/restarts.md).
 // Connections spliced since the last copy are not in it. A crash loses whatever kprism had read
 // and not yet written: an idle connection (a watch between events) resumes whole; one busy at the
 // moment of the crash loses those bytes, which TLS detects, and its client reconnects.
+#include "kprism/handoff/handoff.h"
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -27,9 +30,9 @@ constexpr uint64_t kCopyEveryMs = 1000;
 
 // At start, once whatever the previous process left has been resumed: on when configured and
 // systemd keeps a store for kprism (the copy of the listeners and two generations fit in it).
-void Server::start_crash_copy() {
-    if (!cfg_.s.keep_on_crash) return;
-    const size_t need = listeners_.size() + 4;
+void Handoff::start_crash_copy() {
+    if (!srv_.config().s.keep_on_crash) return;
+    const size_t need = srv_.listeners_.size() + 4;
     if (notify::fdstore_max() < need) {
         log::info("keep_on_crash: off, no file descriptor store to keep the connections in",
                   {{"fdstore_max", static_cast<uint64_t>(notify::fdstore_max())},
@@ -39,8 +42,8 @@ void Server::start_crash_copy() {
     }
     crash_.on = true;
     crash_.changed = true;
-    crash_.listeners_changed = !sd_.socket_activated;  // socket units keep theirs anyway
-    uv_timer_init(loop_, &crash_.timer);
+    crash_.listeners_changed = !srv_.socket_activated();  // socket units keep theirs anyway
+    uv_timer_init(srv_.loop(), &crash_.timer);
     crash_.timer.data = this;
     uv_timer_start(&crash_.timer, on_crash_timer, kCopyEveryMs, kCopyEveryMs);
     uv_unref(reinterpret_cast<uv_handle_t*>(&crash_.timer));
@@ -49,18 +52,25 @@ void Server::start_crash_copy() {
     copy_for_crash();  // resumed connections are covered at once
 }
 
-void Server::on_crash_timer(uv_timer_t* t) {
-    auto* self = static_cast<Server*>(t->data);
-    if (self->crash_.changed && !self->draining_) self->copy_for_crash();
+void Handoff::on_crash_timer(uv_timer_t* t) {
+    auto* self = static_cast<Handoff*>(t->data);
+    if (self->crash_.changed && !self->srv_.draining()) self->copy_for_crash();
+}
+
+// A reload changed the listeners: a removed listener must not stay open in the crash copy.
+void Handoff::listeners_changed() {
+    if (!crash_.on) return;
+    crash_.listeners_changed = true;
+    copy_for_crash();
 }
 
 // Stores a new copy under the other generation, then removes the previous one.
-void Server::copy_for_crash() {
+void Handoff::copy_for_crash() {
     crash_.changed = false;
     if (crash_.listeners_changed) {
         crash_.listeners_changed = false;
         std::vector<int> fds;
-        for (auto& l : listeners_) {
+        for (auto& l : srv_.listeners_) {
             uv_os_fd_t fd;
             if (l->open && uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) == 0) fds.push_back(fd);
         }
@@ -70,7 +80,7 @@ void Server::copy_for_crash() {
     std::vector<handover::Entry> entries;
     std::vector<int> fds;
     std::vector<Connection*> copied;
-    conns_.for_each([&](Connection* c) {
+    srv_.connections().for_each([&](Connection* c) {
         handover::Entry e;
         int cf = -1, uf = -1;
         if (entries.size() >= handover::kMaxEntries || !c->handover_entry(e, cf, uf, false)) return;
@@ -121,7 +131,7 @@ void Server::copy_for_crash() {
         if (partial)
             log::warn("keep_on_crash: the copy holds only some connections; the others would not survive a crash",
                       {{"copied", static_cast<uint64_t>(kept)},
-                       {"connections", static_cast<uint64_t>(conns_.size())},
+                       {"connections", static_cast<uint64_t>(srv_.active_connections())},
                        {"error", error.empty() ? "more than the record holds" : error},
                        {"hint", "descriptors in flight count against RLIMIT_NOFILE (LimitNOFILE=)"}});
         else
@@ -132,7 +142,7 @@ void Server::copy_for_crash() {
 
 // A planned handover or a stop: the copy must not outlive this process (a next one would find
 // connections closed since).
-void Server::drop_crash_copy() {
+void Handoff::drop_crash_copy() {
     if (!crash_.on) return;
     crash_.on = false;
     for (const std::string& name : handover::crash_names()) notify::fdstore_remove(name);

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Restarts that keep the established connections: SIGTERM under systemd with a file descriptor
-// store hands the listening and connection sockets over to the next process instead of draining.
+// Handoff: restarts that keep the established connections. SIGTERM under systemd with a file
+// descriptor store hands the listening and connection sockets over to the next process instead of
+// draining; at start, the next process takes them back (also a crash copy's, after a crash).
+#include "kprism/handoff/handoff.h"
+
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,52 +51,53 @@ bool read_record(int fd, std::string& out, std::string& error) {
 
 // Out, step 1: stop accepting (the listening sockets stay open through a duplicate, so clients
 // queue in the backlog), stop reading every connection, close the ones not spliced yet.
-void Server::begin_handover(const char* why) {
+void Handoff::begin_handover(const char* why) {
     drop_crash_copy();  // this handover replaces it
-    draining_ = true;
+    srv_.draining_ = true;
     handover_.active = true;
     // In place the PID stays: systemd (if any) sees a reload, ended by the new process's READY=1.
     if (handover_.in_place) notify::reloading();
     else notify::stopping();
-    for (auto& l : listeners_) {
+    for (auto& l : srv_.listeners_) {
         uv_os_fd_t fd;
-        if (!sd_.socket_activated && l->open && uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) == 0)
+        if (!srv_.socket_activated() && l->open && uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) == 0)
             if (int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 3); d >= 0) handover_.listen_fds.push_back(d);
         l->close();
     }
-    conns_.for_each([this](Connection* c) {
+    IntrusiveList<Connection>& conns = srv_.connections();
+    conns.for_each([this](Connection* c) {
         if (!c->closing() && !c->pause_for_handover()) ++handover_.closed_unconnected;
     });
     log::info(handover_.in_place ? "restarting in place: handing connections over to the new executable"
                                  : "shutting down: handing connections over to the next process",
               {{"signal", why},
-               {"connections", static_cast<uint64_t>(conns_.size() - handover_.closed_unconnected)},
+               {"connections", static_cast<uint64_t>(conns.size() - handover_.closed_unconnected)},
                {"closed_not_yet_connected", static_cast<uint64_t>(handover_.closed_unconnected)},
                {"fdstore_max", static_cast<uint64_t>(notify::fdstore_max())}});
-    notify::status(fmt::format("handing over {} connections", conns_.size()));
-    handover_.deadline_ms = uv_now(loop_) + kFlushWaitMs;
-    uv_timer_init(loop_, &handover_.timer);
+    notify::status(fmt::format("handing over {} connections", conns.size()));
+    handover_.deadline_ms = uv_now(srv_.loop()) + kFlushWaitMs;
+    uv_timer_init(srv_.loop(), &handover_.timer);
     handover_.timer.data = this;
     uv_timer_start(&handover_.timer, on_handover_timer, 0, kFlushPollMs);
 }
 
-void Server::on_handover_timer(uv_timer_t* t) {
-    auto* self = static_cast<Server*>(t->data);
+void Handoff::on_handover_timer(uv_timer_t* t) {
+    auto* self = static_cast<Handoff*>(t->data);
     bool flushed = true;
-    self->conns_.for_each([&](Connection* c) { flushed = flushed && (c->closing() || c->quiescent()); });
-    if (flushed || uv_now(self->loop_) >= self->handover_.deadline_ms) self->finish_handover();
+    self->srv_.connections().for_each([&](Connection* c) { flushed = flushed && (c->closing() || c->quiescent()); });
+    if (flushed || uv_now(self->srv_.loop()) >= self->handover_.deadline_ms) self->finish_handover();
 }
 
 // Out, step 2: every connection whose queued bytes are written goes into the store with the
 // listeners and the record; then this process closes its copies and exits.
-void Server::finish_handover() {
+void Handoff::finish_handover() {
     uv_timer_stop(&handover_.timer);
     uv_close(reinterpret_cast<uv_handle_t*>(&handover_.timer), nullptr);
     std::vector<handover::Entry> entries;
     std::vector<int> fds;
     size_t unflushed = 0, not_passed = 0;
     std::vector<Connection*> stored, dropped;
-    conns_.for_each([&](Connection* c) {
+    srv_.connections().for_each([&](Connection* c) {
         if (c->closing()) return;
         handover::Entry e;
         int cf = -1, uf = -1;
@@ -137,7 +141,7 @@ void Server::finish_handover() {
         for (Connection* c : stored) c->close("restart in place failed", true, true);
         if (carrier >= 0) ::close(carrier);
         ::close(mfd);
-        finish();
+        srv_.finish();
         return;
     }
     // The record last: a next process that finds it finds the sockets it names.
@@ -163,11 +167,17 @@ void Server::finish_handover() {
     else
         log::warn("handover failed: connections closed", {{"connections", static_cast<uint64_t>(entries.size())},
                                                            {"error", error}});
-    finish();
+    srv_.finish();
+}
+
+// In: start failed before the descriptors were used; nothing passed is left open.
+void Handoff::close_passed() {
+    for (const notify::ListenFd& p : handover_.passed) ::close(p.fd);
+    handover_.passed.clear();
 }
 
 // In: a passed listening socket for `addr`. The others are closed by resume_handover().
-int Server::take_handover_listener(const sockaddr_storage& addr) {
+int Handoff::take_handover_listener(const sockaddr_storage& addr) {
     std::string want = sockaddr_str(addr);
     for (auto it = handover_.passed.begin(); it != handover_.passed.end(); ++it) {
         if ((it->name != handover::kListenerName && it->name != handover::kCrashListenerName) ||
@@ -182,9 +192,9 @@ int Server::take_handover_listener(const sockaddr_storage& addr) {
 
 // In: the record says which passed sockets pair up; each pair whose upstream is still configured
 // resumes splicing. Whatever does not match is closed (its client reconnects), with one line.
-// After a crash there is no handover record but the crash copy (server_crash.cc): one generation,
+// After a crash there is no handover record but the crash copy (crash_copy.cc): one generation,
 // or two when the crash came between storing one and removing the other.
-void Server::resume_handover() {
+void Handoff::resume_handover() {
     if (handover_.passed.empty()) return;
     for (std::string_view name : {handover::kListenerName, handover::kConnectionName, handover::kStateName})
         notify::fdstore_remove(name);
@@ -241,7 +251,7 @@ void Server::resume_handover() {
     for (const handover::Entry& e : entries) {
         int cf = take(e.client_local, e.client_peer), uf = take(e.upstream_local, e.upstream_peer);
         Upstream* up = nullptr;
-        UpstreamPool& pool = control_.upstreams();
+        UpstreamPool& pool = srv_.control().upstreams();
         for (size_t i = 0; i < pool.size() && !up; ++i)
             if (!pool[i].removed && pool[i].name == e.upstream) up = &pool[i];
         if (cf < 0 || uf < 0 || !up) {
@@ -250,7 +260,7 @@ void Server::resume_handover() {
             if (uf >= 0) ::close(uf);
             continue;
         }
-        if (Connection::resume(*this, cf, uf, *up, e)) ++resumed;
+        if (Connection::resume(srv_, cf, uf, *up, e)) ++resumed;
     }
     size_t stray = socks.size();
     for (auto& [key, fd] : socks) ::close(fd);

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Restart in place without systemd's store: SIGUSR2 checks the executable on disk against the
+// Handoff: restart in place without systemd's store: SIGUSR2 checks the executable on disk against the
 // configuration, then hands every connection over to it by exec, keeping the PID.
+#include "kprism/handoff/handoff.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <climits>
+#include <csignal>
 #include <cstring>
 
 #include "kprism/handoff/record.h"
@@ -17,7 +20,7 @@ extern char** environ;
 
 namespace kprism {
 
-void Server::set_command_line(int argc, char** argv) {
+void Handoff::set_command_line(int argc, char** argv) {
     argv_.assign(argv, argv + argc);
     // The path, not the open file: after a package upgrade the new binary is at the same path.
     char buf[PATH_MAX];
@@ -25,14 +28,14 @@ void Server::set_command_line(int argc, char** argv) {
     exe_ = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
 
-void Server::begin_restart_in_place() {
+void Handoff::begin_restart_in_place() {
     auto refuse = [this](std::string_view why, std::string_view error = {}) {
         log::warn("restart in place refused: kprism keeps running",
                   {{"reason", why}, {"executable", exe_}, {"error", error}});
     };
-    if (finished_ || draining_) return refuse("already shutting down");
+    if (srv_.finished_ || srv_.draining()) return refuse("already shutting down");
     if (checking_) return refuse("a restart in place is already being checked");
-    if (sd_.socket_activated)
+    if (srv_.socket_activated())
         return refuse("the listening sockets are systemd's (socket activation): use systemctl restart");
     if (exe_.empty() || ::access(exe_.c_str(), X_OK) != 0)
         return refuse("cannot execute the executable", std::strerror(errno));
@@ -57,7 +60,7 @@ void Server::begin_restart_in_place() {
     opts.stdio = stdio;
     opts.stdio_count = 3;
     check_.data = this;
-    if (int r = uv_spawn(loop_, &check_, &opts); r != 0) {
+    if (int r = uv_spawn(srv_.loop(), &check_, &opts); r != 0) {
         uv_close(reinterpret_cast<uv_handle_t*>(&check_), nullptr);
         return refuse("cannot run the executable's check", uv_strerror(r));
     }
@@ -66,11 +69,11 @@ void Server::begin_restart_in_place() {
                                                                                     {"executable", exe_}});
 }
 
-void Server::on_check_exit(uv_process_t* p, int64_t status, int term_signal) {
-    auto* self = static_cast<Server*>(p->data);
+void Handoff::on_check_exit(uv_process_t* p, int64_t status, int term_signal) {
+    auto* self = static_cast<Handoff*>(p->data);
     uv_close(reinterpret_cast<uv_handle_t*>(p), nullptr);
     self->checking_ = false;
-    if (self->finished_ || self->draining_) return;
+    if (self->srv_.finished_ || self->srv_.draining()) return;
     if (status != 0 || term_signal != 0) {
         log::warn("restart in place refused: kprism keeps running",
                   {{"reason", "the executable rejects the configuration (its check's errors are above)"},
@@ -86,7 +89,7 @@ void Server::on_check_exit(uv_process_t* p, int64_t status, int term_signal) {
 // close-on-exec, the counts in KPRISM_HANDOVER; the new process finds them with
 // handover::inherited_fds(). Returns only when nothing has been moved yet; an exec that fails
 // after the move exits, since the loop's own descriptors may have been overwritten.
-void Server::exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections) {
+void Handoff::exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections) {
     std::vector<int> order = listeners;
     if (carrier >= 0) order.push_back(carrier);
     order.push_back(record);
@@ -116,12 +119,23 @@ void Server::exec_in_place(const std::vector<int>& listeners, int carrier, int r
               {{"executable", exe_}, {"connections", static_cast<uint64_t>(connections)},
                {"descriptors", static_cast<int64_t>(n)}});
     for (int i = 0; i < n; ++i) ::dup2(high[static_cast<size_t>(i)], 3 + i);  // the copy is not close-on-exec
-    block_signals(true);  // until the new image has its handlers: a reload sent meanwhile waits for it
+    Server::block_signals(true);  // until the new image has its handlers: a reload sent meanwhile waits for it
     ::execve(exe_.c_str(), argp.data(), envp.data());
-    block_signals(false);
+    Server::block_signals(false);
     log::error("restart in place failed: exec; exiting so that the supervisor starts kprism again",
                {{"executable", exe_}, {"error", std::strerror(errno)}});
     _exit(1);
+}
+
+// Server::finish(): nothing is handed over any more; a restart in place being checked will not
+// happen now.
+void Handoff::close() {
+    drop_crash_copy();
+    if (checking_) {
+        uv_process_kill(&check_, SIGKILL);
+        uv_close(reinterpret_cast<uv_handle_t*>(&check_), nullptr);
+        checking_ = false;
+    }
 }
 
 }  // namespace kprism

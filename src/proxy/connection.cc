@@ -228,7 +228,7 @@ bool Connection::try_replay(ConnectFailure why, const char* reason) {
 
 void Connection::start_splicing() {
     state_ = State::splicing;
-    srv_.crash_copy_changed();
+    srv_.handoff().crash_copy_changed();
     srv_.control().upstreams().connect_succeeded(*up_);
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
@@ -271,7 +271,7 @@ void Connection::keep_first_flight(const char* p, size_t n) {
 void Connection::stop_awaiting_answer() {
     if (!awaiting_answer_) return;
     awaiting_answer_ = false;
-    srv_.crash_copy_changed();
+    srv_.handoff().crash_copy_changed();
 }
 
 // The upstream sent its first byte: from now on the connection is bound to it.
@@ -441,7 +441,7 @@ void Connection::on_write(uv_write_t* req, int status) {
         return;
     }
     c->release(from);
-    if (!from.eof && !c->srv_.handing_over()) uv_read_start(stream(from.tcp), on_alloc, on_read_cb);
+    if (!from.eof && !c->srv_.handoff().handing_over()) uv_read_start(stream(from.tcp), on_alloc, on_read_cb);
 }
 
 void Connection::on_shutdown(uv_shutdown_t* req, int status) {
@@ -533,7 +533,7 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
     }
     c->up_ = &up;
     up.active++;
-    srv.crash_copy_changed();
+    srv.handoff().crash_copy_changed();
     c->client_.eof = e.client_eof;
     c->client_.shut = e.client_shut;
     c->upstream_.eof = e.upstream_eof;
@@ -560,7 +560,7 @@ void Connection::close(const char* reason, bool reset_client, bool reset_upstrea
         timer_open_ = false;
         uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);
     }
-    if (stored_) srv_.crash_copy_changed();
+    if (stored_) srv_.handoff().crash_copy_changed();
     auto close_side = [&](Side& s, bool reset) {
         if (!s.open) return;
         s.open = false;
@@ -570,7 +570,7 @@ void Connection::close(const char* reason, bool reset_client, bool reset_upstrea
                 sockaddr unspec{};
                 unspec.sa_family = AF_UNSPEC;
                 ::connect(fd, &unspec, sizeof unspec);
-            } else if (!srv_.handing_over()) {
+            } else if (!srv_.handoff().handing_over()) {
                 ::shutdown(fd, SHUT_RDWR);
             }
             uv_close(handle(s.tcp), on_closed);

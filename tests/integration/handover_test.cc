@@ -581,7 +581,7 @@ TEST(RestartInPlace, TheNewExecutableIsCheckedFirst) {
 
 namespace {
 
-// The crash copy's record (server_crash.cc), whichever generation holds it; "" when none is stored.
+// The crash copy's record (src/handoff/crash_copy.cc), whichever generation holds it; "" when none is stored.
 std::string crash_record(FdStore& store) {
     for (const char* name : {"crash-state-0", "crash-state-1"})
         if (store.count(name)) return store.record(name);

@@ -54,7 +54,7 @@ struct Settings {
     Duration close_spread{1000};
     Duration connect_timeout{2000};
     Duration drain_timeout{30000};
-    bool keep_on_crash = true;  // a standing copy of the connections in systemd's fd store (server_crash.cc)
+    bool keep_on_crash = true;  // a standing copy of the connections in systemd's fd store (handoff/crash_copy.cc)
     int64_t max_connections = 10000;
     Duration resolve_interval{30000};
     bool rebalance = true;  // move connections off upstreams over their share (rebalancer.h)

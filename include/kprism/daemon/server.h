@@ -15,6 +15,7 @@
 #include "kprism/config/config.h"
 #include "kprism/upstreams/control_plane.h"
 #include "kprism/daemon/heartbeat.h"
+#include "kprism/handoff/handoff.h"
 #include "kprism/base/intrusive_list.h"
 #include "kprism/daemon/listener.h"
 #include "kprism/base/log_limiter.h"
@@ -37,9 +38,10 @@ struct ConnectionPools {
 
 // Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
 // timers are members closed by finish(); Connections free themselves (see connection.h).
-// Its methods live in server.cc (lifecycle, connections, limits, shutdown), server_reload.cc
-// (SIGHUP) and server_systemd.cc (socket activation, READY/STATUS, watchdog); the upstreams and
-// their health are the ControlPlane's (control_plane.h).
+// Its methods live in daemon/server.cc (lifecycle, connections, limits, shutdown), daemon/reload.cc
+// (SIGHUP) and daemon/systemd.cc (socket activation, READY/STATUS, watchdog); the upstreams and
+// their health are the ControlPlane's (control_plane.h); passing the connections to the next
+// process (SIGTERM under systemd's fd store, the crash copy, SIGUSR2) is the Handoff's (handoff.h).
 class Server {
 public:
     // Re-reads the configuration for SIGHUP (the same file and flags as at start).
@@ -89,7 +91,7 @@ public:
     void note_replayed() { ++stats_.replayed; }
     void note_rebalanced() { ++stats_.rebalanced; }
 
-    // SIGHUP: load the configuration whole, then apply it (see server_reload.cc). A configuration that
+    // SIGHUP: load the configuration whole, then apply it (see reload.cc). A configuration that
     // does not load, or listeners that cannot be bound, leave everything as it was.
     void reload();
     // Records the outcome of a reload attempt in stats_ (and counts it).
@@ -98,25 +100,13 @@ public:
     // SIGTERM/SIGINT: stop accepting, drain, then close what is left. A second call closes now.
     // Under systemd with a file descriptor store ($FDSTORE), SIGTERM hands over instead.
     void begin_shutdown(int signum);
-    // Handing the established connections over to the next process (server_handover.cc).
-    bool handing_over() const { return handover_.active; }
-    // A connection was spliced, resumed, or one in the crash copy closed (server_crash.cc).
-    void crash_copy_changed() { crash_.changed = true; }
-    // keep_on_crash is on (a store exists), and how many connections the stored copy holds.
-    bool crash_copy_on() const { return crash_.on; }
-    size_t crash_copy_connections() const { return crash_.connections; }
-    // SIGUSR2: restart in place (server_restart.cc). The executable kprism was started from (as
-    // it is on disk now, so an upgraded binary) is run with `check` and the same flags; if it
-    // accepts the configuration, this process hands everything over to it by exec, keeping its
-    // PID. argv is kept from set_command_line() (main).
-    void set_command_line(int argc, char** argv);
-    void begin_restart_in_place();
-    // What main() returns once the loop has ended: 1 after a restart in place failed past the
-    // point of return, else 0.
-    int exit_code() const { return exit_code_; }
+    // Handing over (SIGTERM with a store, SIGUSR2), the crash copy, and what main() returns:
+    // handing_over(), crash_copy_changed(), set_command_line(), exit_code() (handoff.h).
+    Handoff& handoff() { return handoff_; }
+    const Handoff& handoff() const { return handoff_; }
     void log_stats();
 
-    // systemd (see server_systemd.cc). The listening socket passed for the admin server
+    // systemd (see systemd.cc). The listening socket passed for the admin server
     // (FileDescriptorName=admin, checked like the data sockets), or -1; the admin server listens on
     // it instead of health.bind_address:health.port. take_admin_fd() hands it over (the caller then
     // owns and closes it); until then the Server closes it when it is destroyed.
@@ -128,7 +118,12 @@ public:
     void health_changed();
 
 private:
-    // The systemd side of the daemon (server_systemd.cc): READY=1 is sent once, after the first
+    // The Handoff is a peer (handoff.h): handing over, it sets draining_, closes listeners_ (after
+    // duplicating them) and calls finish(); it copies listeners_ for the crash copy, checks
+    // finished_ before a restart in place and calls block_signals() around its exec.
+    friend class Handoff;
+
+    // The systemd side of the daemon (systemd.cc): READY=1 is sent once, after the first
     // health round (ready_timer bounds the wait); the watchdog pings from the loop.
     struct Systemd {
         uv_timer_t ready_timer{}, watchdog_timer{};
@@ -137,45 +132,6 @@ private:
         int admin_fd = -1;
     };
 
-    // Handover (server_handover.cc). Out: this process stops reading, waits (bounded) for what
-    // it has queued to be written, then stores listeners, connection sockets and the record in
-    // systemd's fd store and exits. In: the next process takes them back (LISTEN_FDNAMES
-    // handover-*), removes them from the store and resumes splicing.
-    struct Handover {
-        bool active = false;             // handing over (out)
-        uint64_t deadline_ms = 0;        // give up waiting for writes to finish
-        size_t closed_unconnected = 0;   // connections still connecting: closed at the start
-        std::vector<int> listen_fds;     // duplicates of the listening sockets, kept open meanwhile
-        std::vector<notify::ListenFd> passed;  // in: the handover-* descriptors systemd passed
-        uv_timer_t timer{};
-        bool in_place = false;           // out by exec (SIGUSR2), not through systemd's store
-    };
-    // Crash survival (keep_on_crash, server_crash.cc): the listeners, the connection sockets and a
-    // record stored in systemd's fd store, replaced at most once a second when connections have
-    // come or gone, under alternating generations so that a whole copy is always there.
-    struct CrashCopy {
-        bool on = false;
-        bool changed = false;           // since the last copy
-        bool listeners_changed = false; // started, or a reload changed them
-        unsigned generation = 0;        // of the stored copy, if any
-        size_t connections = 0;         // in the stored copy; 0: none is stored
-        bool partial = false;           // the last copy could not hold every connection (logged once)
-        bool failing = false;           // the last copy could not be stored (logged once)
-        uv_timer_t timer{};
-    };
-    void start_crash_copy();
-    void copy_for_crash();
-    void drop_crash_copy();
-    static void on_crash_timer(uv_timer_t* t);
-    void begin_handover(const char* why);
-    void finish_handover();
-    static void on_handover_timer(uv_timer_t* t);
-    // In: a passed listening socket bound to `addr`, or -1 (taken from handover_.passed).
-    int take_handover_listener(const sockaddr_storage& addr);
-    void resume_handover();
-    // Restart in place (server_restart.cc): the check of the new executable, then the exec.
-    static void on_check_exit(uv_process_t* p, int64_t status, int term_signal);
-    void exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections);
     bool start_listeners(std::string& error);
     bool start_admin(std::string& error);
     void note_own_listeners();
@@ -218,13 +174,7 @@ private:
     bool draining_ = false;
     bool finished_ = false;
     Systemd sd_;
-    Handover handover_;
-    CrashCopy crash_;
-    std::vector<std::string> argv_;    // the command line (set_command_line)
-    std::string exe_;                  // the executable's path, /proc/self/exe at start
-    uv_process_t check_{};             // `exe_ check ...` before a restart in place
-    bool checking_ = false;
-    int exit_code_ = 0;
+    Handoff handoff_{*this};           // handover, crash copy, restart in place; closed by finish()
     AdminFactory make_admin_;
     std::unique_ptr<AdminEndpoint> admin_;  // the admin HTTP endpoint (admin/admin.h); closed by finish()
     OwnListeners own_;              // from listeners_ and admin_ by note_own_listeners()

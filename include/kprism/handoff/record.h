@@ -2,7 +2,7 @@
 // The record a restarting kprism leaves beside its sockets in systemd's fd store: which client
 // socket pairs with which upstream socket, to which upstream, in what half-closed state.
 //
-// Text, one line per connection, versioned and bounded (see handover.cc for the format). The
+// Text, one line per connection, versioned and bounded (see record.cc for the format). The
 // sockets themselves travel as descriptors; a line names its two sockets by their addresses
 // (getsockname/getpeername), which identify a TCP connection, so the order in which systemd
 // passes the descriptors back does not matter.
@@ -28,7 +28,7 @@ inline constexpr std::string_view kStateName = "handover-state";
 // Also the crash copy's names below: everything a next process takes back.
 bool is_handover_name(std::string_view name);
 
-// Crash survival (keep_on_crash, server_crash.cc): a standing copy of the listeners, of the
+// Crash survival (keep_on_crash, crash_copy.cc): a standing copy of the listeners, of the
 // connection sockets (in a carrier, as above) and of the record, replaced whenever connections
 // come or go. A copy is stored under generation 0 or 1 and the other one removed after it, so a
 // crash at any moment leaves at least one whole copy in the store.

@@ -44,13 +44,13 @@ public:
     bool rebalance_pending() const { return timer_for_ == TimerFor::rebalance; }
     uint64_t started_ms() const { return started_ms_; }  // uv_now() when it was accepted
 
-    // Handover to the next process (server_handover.cc). pause_for_handover() stops reading both
+    // Handover to the next process (handoff/fd_store.cc). pause_for_handover() stops reading both
     // ways and any timer; a connection not yet spliced is closed instead (false). quiescent():
     // nothing of ours in flight (no write or FIN queued), so its sockets hold every byte.
     bool pause_for_handover();
     bool quiescent() const { return !client_.wreq && !upstream_.wreq && !client_.sreq && !upstream_.sreq; }
     // Its two descriptors and its record entry; false when it has none to give. The crash copy
-    // (server_crash.cc) takes connections with writes in flight too (flushed_only = false), but
+    // (handoff/crash_copy.cc) takes connections with writes in flight too (flushed_only = false), but
     // not one that may still be replayed to another upstream.
     bool handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd, bool flushed_only = true);
     // Its sockets are in the crash copy: a copy held by systemd keeps a socket open after kprism

@@ -144,7 +144,7 @@ TEST(Handover, NamesAndSocketAddresses) {
     EXPECT_TRUE(handover::is_handover_name("handover-state"));
     EXPECT_FALSE(handover::is_handover_name("data"));
     EXPECT_FALSE(handover::is_handover_name("handover-"));
-    // The crash copy's (server_crash.cc): two generations, and the listeners.
+    // The crash copy's (crash_copy.cc): two generations, and the listeners.
     EXPECT_EQ(handover::crash_names(), (std::vector<std::string>{"crash-data", "crash-conn-0", "crash-conn-1",
                                                                  "crash-state-0", "crash-state-1"}));
     EXPECT_EQ(handover::crash_connection_name(2), "crash-conn-0");
