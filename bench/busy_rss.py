@@ -3,7 +3,7 @@
 """RSS of kprism with N stalled busy connections: the worst case for its memory, what a container
 memory limit has to cover. The upstream sends without end and never reads; each client sends
 without end and never reads. kprism then holds, per connection, whatever it has read and cannot
-yet write in each direction (at most one 64 KiB chunk each way, src/connection.cc forward() and
+yet write in each direction (at most one 64 KiB chunk each way, src/proxy/connection.cc forward() and
 queue_write()). Prints the RSS at 0 connections and at each N, and the increase per connection.
 Kernel socket buffers are not in kprism's RSS (cgroup v2 charges them to the memory cgroup too).
 
