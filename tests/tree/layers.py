@@ -40,7 +40,7 @@ PARTS = {
     "proxy/selection", "proxy/buffer_pool", "proxy/sockopt",
     "handoff/record",
     "daemon/heartbeat", "daemon/runtime_dir", "daemon/admin_endpoint",
-    "admin/http_request",
+    "admin/http_request", "admin/metric_families", "daemon/stats",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"kprism/([^"]+)\.h"', re.M)
 

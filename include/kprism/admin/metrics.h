@@ -13,7 +13,6 @@
 
 #include "kprism/admin/metric_families.h"
 #include "kprism/daemon/stats.h"
-#include "kprism/upstreams/control_plane.h"
 #include "kprism/discovery/discovery.h"
 #include "kprism/discovery/membership.h"
 #include "kprism/upstreams/upstream.h"
