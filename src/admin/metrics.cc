@@ -70,6 +70,12 @@ public:
         name_ = f.name;
         fmt::format_to(std::back_inserter(out_), "# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
     }
+    // A family of one sample without labels.
+    template <class V>
+    void single(Metric m, V value) {
+        family(m);
+        sample("", value);
+    }
     // `labels` is already rendered ("" or `a="x",b="y"`); `suffix` extends the family name.
     template <class V>
     void sample(std::string_view labels, V value, std::string_view suffix = "") {
@@ -102,22 +108,15 @@ std::string render_metrics(const StateView& s) {
     w.family(Metric::build_info);
     w.sample(label("version", s.version), 1);
 
-    w.family(Metric::connections_active);
-    w.sample("", s.connections_active);
-    w.family(Metric::connections_accepted_total);
-    w.sample("", s.stats.accepted);
-    w.family(Metric::connections_resumed_total);
-    w.sample("", s.stats.resumed);
+    w.single(Metric::connections_active, s.connections_active);
+    w.single(Metric::connections_accepted_total, s.stats.accepted);
+    w.single(Metric::connections_resumed_total, s.stats.resumed);
     w.family(Metric::crash_copy_connections);
     if (s.crash_copy_connections >= 0) w.sample("", static_cast<uint64_t>(s.crash_copy_connections));
-    w.family(Metric::connections_rejected_total);
-    w.sample("", s.stats.rejected);
-    w.family(Metric::client_failures_total);
-    w.sample("", s.stats.client_failures);
-    w.family(Metric::connections_replayed_total);
-    w.sample("", s.stats.replayed);
-    w.family(Metric::accept_errors_total);
-    w.sample("", s.stats.accept_errors);
+    w.single(Metric::connections_rejected_total, s.stats.rejected);
+    w.single(Metric::client_failures_total, s.stats.client_failures);
+    w.single(Metric::connections_replayed_total, s.stats.replayed);
+    w.single(Metric::accept_errors_total, s.stats.accept_errors);
 
     w.family(Metric::upstream_connections_active);
     for (const Upstream* u : ups) w.sample(up_label(*u), u->active);
@@ -180,19 +179,13 @@ std::string render_metrics(const StateView& s) {
     w.family(Metric::health_check_connections_ended_total);
     for (const Upstream* u : ups) w.sample(up_label(*u), u->probe_connections_ended);
 
-    w.family(Metric::health_checkers);
-    w.sample("", s.health_checkers);
+    w.single(Metric::health_checkers, s.health_checkers);
 
-    w.family(Metric::connections_closed_upstream_down_total);
-    w.sample("", s.stats.closed_for_down);
-    w.family(Metric::connections_rebalanced_total);
-    w.sample("", s.stats.rebalanced);
-    w.family(Metric::fail_open_active);
-    w.sample("", s.fail_open ? 1 : 0);
-    w.family(Metric::etcd_quorum_lost);
-    w.sample("", s.etcd_quorum_lost ? 1 : 0);
-    w.family(Metric::fail_open_episodes_total);
-    w.sample("", s.stats.fail_open_episodes);
+    w.single(Metric::connections_closed_upstream_down_total, s.stats.closed_for_down);
+    w.single(Metric::connections_rebalanced_total, s.stats.rebalanced);
+    w.single(Metric::fail_open_active, s.fail_open ? 1 : 0);
+    w.single(Metric::etcd_quorum_lost, s.etcd_quorum_lost ? 1 : 0);
+    w.single(Metric::fail_open_episodes_total, s.stats.fail_open_episodes);
     w.family(Metric::config_reloads_total);
     w.sample(label("result", "success"), s.stats.reloads_ok);
     w.sample(label("result", "failure"), s.stats.reloads_failed);
@@ -200,8 +193,7 @@ std::string render_metrics(const StateView& s) {
     if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after);
     w.family(Metric::client_certificate_remaining_seconds);
     if (s.client_cert_not_after != 0) w.sample("", s.client_cert_not_after - s.now_unix);
-    w.family(Metric::client_certificate_rejected);
-    w.sample("", std::string_view(s.credentials) == "rejected" ? 1 : 0);
+    w.single(Metric::client_certificate_rejected, std::string_view(s.credentials) == "rejected" ? 1 : 0);
     w.family(Metric::discovery_endpoints);
     if (s.discovery.enabled) w.sample("", s.discovery.endpoints);
     w.family(Metric::discovery_lists_total);
@@ -214,8 +206,7 @@ std::string render_metrics(const StateView& s) {
     if (s.discovery.enabled) w.sample("", s.discovery.errors);
     w.family(Metric::discovery_snapshot_age_seconds);
     if (s.discovery.enabled && s.snapshot.written_unix != 0) w.sample("", s.now_unix - s.snapshot.written_unix);
-    w.family(Metric::heartbeat_age_seconds);
-    w.sample("", num(s.heartbeat_age_seconds));
+    w.single(Metric::heartbeat_age_seconds, num(s.heartbeat_age_seconds));
     return out;
 }
 

@@ -14,6 +14,8 @@
 #include <iterator>
 #include <string_view>
 
+#include "kprism/base/enum_table.h"
+
 namespace kprism {
 
 // One value per family, in rendering order.
@@ -125,11 +127,10 @@ inline constexpr MetricFamily kMetricFamilies[] = {
 };
 inline constexpr size_t kMetricFamilyCount = std::size(kMetricFamilies);
 
-static_assert(static_cast<size_t>(Metric::last) + 1 == kMetricFamilyCount, "a row in kMetricFamilies per Metric");
+static_assert(is_enum_table<&MetricFamily::metric>(kMetricFamilies), "kMetricFamilies: a row per Metric, in order");
 consteval bool metric_families_well_formed() {
     for (size_t i = 0; i < kMetricFamilyCount; ++i) {
         const MetricFamily& f = kMetricFamilies[i];
-        if (static_cast<size_t>(f.metric) != i) return false;  // rows in Metric's order
         if (!f.name.starts_with("kprism_") || f.help.empty()) return false;
         if (f.type != "gauge" && f.type != "counter" && f.type != "histogram") return false;
         if ((f.type == "counter") != f.name.ends_with("_total")) return false;
@@ -139,7 +140,7 @@ consteval bool metric_families_well_formed() {
     return true;
 }
 static_assert(metric_families_well_formed(),
-              "kMetricFamilies: rows in Metric's order, kprism_ names each once, a known type, _total on counters "
+              "kMetricFamilies: kprism_ names each once, a known type, _total on counters "
               "and only on them, help text");
 
 constexpr const MetricFamily& metric_family(Metric m) { return kMetricFamilies[static_cast<size_t>(m)]; }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/base/enum_table.h"
+
 namespace kprism {
 
 // At most kMaxNames names of at most kMaxNameLen bytes of [A-Za-z0-9/_.-] are kept, in body
@@ -48,13 +50,7 @@ inline constexpr DownReasonInfo kDownReasonTable[] = {
     {DownReason::tls, "tls"},
 };
 inline constexpr size_t kDownReasons = std::size(kDownReasonTable);
-static_assert(static_cast<size_t>(DownReason::last) + 1 == kDownReasons, "a row in kDownReasonTable per DownReason");
-consteval bool down_reason_rows_in_order() {
-    for (size_t i = 0; i < kDownReasons; ++i)
-        if (static_cast<size_t>(kDownReasonTable[i].reason) != i) return false;
-    return true;
-}
-static_assert(down_reason_rows_in_order(), "kDownReasonTable's rows in DownReason's order");
+static_assert(is_enum_table<&DownReasonInfo::reason>(kDownReasonTable), "kDownReasonTable: a row per DownReason, in order");
 constexpr const char* down_reason_name(DownReason r) { return kDownReasonTable[static_cast<size_t>(r)].name; }
 // "shutdown" wins over the etcd checks (an apiserver shutting down may lose etcd on its way out),
 // those over any other name; no name at all is `other`.

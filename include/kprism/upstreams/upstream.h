@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/base/enum_table.h"
 #include "kprism/base/address.h"
 #include "kprism/config/config.h"
 #include "kprism/base/histogram.h"
@@ -50,13 +51,7 @@ inline constexpr CheckResultInfo kCheckResultTable[] = {
     {CheckResult::unauthorized, "unauthorized", CertVerdict::rejected, DownReason::unauthorized},
 };
 inline constexpr size_t kCheckResults = std::size(kCheckResultTable);
-static_assert(static_cast<size_t>(CheckResult::last) + 1 == kCheckResults, "a row in kCheckResultTable per CheckResult");
-consteval bool check_result_rows_in_order() {
-    for (size_t i = 0; i < kCheckResults; ++i)
-        if (static_cast<size_t>(kCheckResultTable[i].result) != i) return false;
-    return true;
-}
-static_assert(check_result_rows_in_order(), "kCheckResultTable's rows in CheckResult's order");
+static_assert(is_enum_table<&CheckResultInfo::result>(kCheckResultTable), "kCheckResultTable: a row per CheckResult, in order");
 constexpr const CheckResultInfo& check_result_info(CheckResult r) { return kCheckResultTable[static_cast<size_t>(r)]; }
 constexpr const char* result_name(CheckResult r) { return check_result_info(r).name; }
 
@@ -94,13 +89,7 @@ inline constexpr ConnectErrorInfo kConnectErrorTable[] = {
     {ConnectError::other, "other"},
 };
 inline constexpr size_t kConnectErrors = std::size(kConnectErrorTable);
-static_assert(static_cast<size_t>(ConnectError::last) + 1 == kConnectErrors, "a row in kConnectErrorTable per ConnectError");
-consteval bool connect_error_rows_in_order() {
-    for (size_t i = 0; i < kConnectErrors; ++i)
-        if (static_cast<size_t>(kConnectErrorTable[i].error) != i) return false;
-    return true;
-}
-static_assert(connect_error_rows_in_order(), "kConnectErrorTable's rows in ConnectError's order");
+static_assert(is_enum_table<&ConnectErrorInfo::error>(kConnectErrorTable), "kConnectErrorTable: a row per ConnectError, in order");
 constexpr const char* connect_error_name(ConnectError e) { return kConnectErrorTable[static_cast<size_t>(e)].name; }
 ConnectError connect_error_of(ConnectFailure f);
 // How a passive failure counts among the check results: silence is a timeout, the rest a

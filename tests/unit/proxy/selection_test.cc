@@ -20,21 +20,23 @@ namespace {
 using unit::ip;
 using unit::kNow;
 
-class PickTest : public ::testing::Test {
+// Upstreams 10.0.1.1, .2, ... in the given zones, all up, on a node in `node_zone`.
+UpstreamPool zoned(std::string node_zone, std::initializer_list<const char*> zones) {
+    UpstreamPool z;
+    z.node_zone = std::move(node_zone);
+    int i = 0;
+    for (const char* zone : zones) z.add(ip("10.0.1." + std::to_string(++i)), zone);
+    for (size_t k = 0; k < z.size(); ++k) z[k].health = Health::up;
+    return z;
+}
+
+class PickTest : public unit::ThreeUpstreams {
 protected:
-    void SetUp() override {
-        log::set_level(log::Level::error);
-        seed_random(42);
-        for (int i = 0; i < 3; ++i) pool.add(ip("10.0.0." + std::to_string(i + 1)));
-        for (size_t i = 0; i < 3; ++i) pool[i].health = Health::up;
-    }
-    void TearDown() override { log::set_level(log::Level::info); }
     std::map<Upstream*, int> histogram(Policy& p, int n, TriedSet tried = 0) {
         std::map<Upstream*, int> hits;
         for (int i = 0; i < n; ++i) ++hits[pick_upstream(pool, p, tried, kNow)];
         return hits;
     }
-    UpstreamPool pool;
     std::unique_ptr<Policy> random = make_policy(PolicyKind::random);
     std::unique_ptr<Policy> least = make_policy(PolicyKind::least_connections);
 };
@@ -209,13 +211,7 @@ TEST_F(PickTest, UpInBackoffIsStillAvailable) {
 }
 
 TEST_F(PickTest, ZonePreferredWhileUp) {
-    UpstreamPool z;
-    z.node_zone = "a";
-    z.add(ip("10.0.1.1"), "b");
-    z.add(ip("10.0.1.2"), "a");
-    z.add(ip("10.0.1.3"), "b");
-    z.add(ip("10.0.1.4"), "a");
-    for (size_t i = 0; i < z.size(); ++i) z[i].health = Health::up;
+    UpstreamPool z = zoned("a", {"b", "a", "b", "a"});
     std::map<Upstream*, int> hits;
     for (int i = 0; i < 1000; ++i) ++hits[pick_upstream(z, *random, 0, kNow)];
     EXPECT_EQ(hits.size(), 2u);
@@ -236,13 +232,7 @@ TEST_F(PickTest, ZonePreferredWhileUp) {
 // The rule pick_upstream() and rebalancing share: up, the node's zone while one there is up, and
 // (asked with the tier) the nearest latency tier while one is up.
 TEST(EligibleUpstreams, ZoneThenTier) {
-    UpstreamPool z;
-    z.node_zone = "a";
-    z.add(ip("10.0.1.1"), "b");
-    z.add(ip("10.0.1.2"), "a");
-    z.add(ip("10.0.1.3"), "a");
-    z.add(ip("10.0.1.4"), "a");
-    for (size_t i = 0; i < z.size(); ++i) z[i].health = Health::up;
+    UpstreamPool z = zoned("a", {"b", "a", "a", "a"});
     z[3].removed = true;
     z[0].fast_tier = z[2].fast_tier = true;
     EXPECT_EQ(eligible_upstreams(z, kNow, false), UpstreamSet{0b0110});
@@ -262,10 +252,7 @@ TEST(EligibleUpstreams, ZoneThenTier) {
 }
 
 TEST_F(PickTest, NoNodeZoneMeansNoPreference) {
-    UpstreamPool z;
-    z.add(ip("10.0.1.1"), "a");
-    z.add(ip("10.0.1.2"), "");
-    for (size_t i = 0; i < z.size(); ++i) z[i].health = Health::up;
+    UpstreamPool z = zoned("", {"a", ""});
     std::map<Upstream*, int> hits;
     for (int i = 0; i < 1000; ++i) ++hits[pick_upstream(z, *random, 0, kNow)];
     EXPECT_GT(hits[&z[0]], 350);

@@ -21,18 +21,7 @@ namespace {
 using unit::ip;
 using unit::kNow;
 
-// Three IP upstreams, up.
-class PoolTest : public ::testing::Test {
-protected:
-    void SetUp() override {
-        log::set_level(log::Level::error);
-        seed_random(42);
-        for (int i = 0; i < 3; ++i) pool.add(ip("10.0.0." + std::to_string(i + 1)));
-        for (size_t i = 0; i < 3; ++i) pool[i].health = Health::up;
-    }
-    void TearDown() override { log::set_level(log::Level::info); }
-    UpstreamPool pool;
-};
+using PoolTest = unit::ThreeUpstreams;
 
 TEST_F(PoolTest, Add) {
     ASSERT_EQ(pool.size(), 3u);
