@@ -4,12 +4,12 @@
 # segment, immediate binding (FLAGS BIND_NOW or FLAGS_1 NOW), a non-executable stack (GNU_STACK
 # RW), the stack protector (__stack_chk_fail referenced) and _FORTIFY_SOURCE (__*_chk functions
 # referenced) for build/kprism, and on x86-64 CET (-fcf-protection: IBT and SHSTK in the GNU
-# property note) of its objects, build/obj/*.o - the linked binary cannot carry the note, since
+# property note) of its objects, build/obj/*/*.o - the linked binary cannot carry the note, since
 # Debian 12's glibc start files (crt1.o, crti.o) have none and the linker keeps only what all of
 # its inputs have.
 # For the static build/static/kprism, a stripped static PIE, what applies: DYN without an
 # interpreter or shared libraries, RELRO, BIND_NOW, the stack, and the symbol checks on kprism's
-# own objects (build/static/obj/*.o), since the stripped binary has no symbols left.
+# own objects (build/static/obj/*/*.o), since the stripped binary has no symbols left.
 # First a self-test: the same checks must pass on a trivial C program built hardened, and each
 # must fail on it built without the flags, so that a check that can never fail is caught.
 # Usage: tests/packaging/hardening.sh                  KPRISM_BIN (default build/kprism) and
@@ -83,11 +83,11 @@ dynamic() {
 
 # CET of the objects in a directory (x86-64 only; nothing to check without objects).
 cet_objs() {
-    local o=("$1"/*.o) f nocet=()
+    local o=("$1"/*/*.o) f nocet=()
     [ -f "${o[0]}" ] && x86_64 "${o[0]}" || return 0
     for f in "${o[@]}"; do chk_cet "$f" || nocet+=("${f##*/}"); done
     why="without IBT, SHSTK: ${nocet[*]}"
-    check "$1/*.o: CET (IBT, SHSTK)" test ${#nocet[@]} = 0
+    check "$1/*/*.o: CET (IBT, SHSTK)" test ${#nocet[@]} = 0
 }
 
 static() {
@@ -98,13 +98,13 @@ static() {
     check "$bin: GNU_RELRO segment" chk_relro "$bin"
     check "$bin: BIND_NOW (full RELRO)" chk_now "$bin"
     check "$bin: non-executable stack (GNU_STACK RW)" chk_stack "$bin"
-    local o=("$objs"/*.o)
+    local o=("$objs"/*/*.o)
     if [ ! -f "${o[0]}" ]; then
-        bad "$objs/*.o missing: the stripped $bin has no symbols to check the stack protector and fortify with"
+        bad "$objs/*/*.o missing: the stripped $bin has no symbols to check the stack protector and fortify with"
         return
     fi
-    check "$objs/*.o: stack protector (__stack_chk_fail referenced)" chk_ssp_objs "${o[@]}"
-    check "$objs/*.o: _FORTIFY_SOURCE (__*_chk functions referenced)" chk_fortify_objs "${o[@]}"
+    check "$objs/*/*.o: stack protector (__stack_chk_fail referenced)" chk_ssp_objs "${o[@]}"
+    check "$objs/*/*.o: _FORTIFY_SOURCE (__*_chk functions referenced)" chk_fortify_objs "${o[@]}"
     cet_objs "$objs"
 }
 

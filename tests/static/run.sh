@@ -45,8 +45,12 @@ if [ -z "$out" ]; then ok "readelf: no interpreter, no NEEDED library"; else bad
 # kprism's own objects do not reference the NSS-backed resolver or user database at all (the
 # libcrypto/libuv objects that do are linked in but never called; see talos-extension/README.md,
 # "The static binary").
-if [ -d build/static/obj ]; then
-    out=$(nm -u build/static/obj/*.o 2>/dev/null | grep -Ew 'getaddrinfo|uv_getaddrinfo|gethostbyname|getpwnam|getpwuid|getpwnam_r|getpwuid_r|getgrnam|BIO_lookup|BIO_lookup_ex|BIO_new_connect' | sort -u)
+# (Only when the static build tree is here: KPRISM_STATIC_BIN may name a binary built elsewhere.)
+objs=(build/static/obj/*/*.o)
+if [ -d build/static/obj ] && [ ! -f "${objs[0]}" ]; then
+    bad "no kprism objects under build/static/obj/*/ to check for resolver/NSS references"
+elif [ -d build/static/obj ]; then
+    out=$(nm -u "${objs[@]}" | grep -Ew 'getaddrinfo|uv_getaddrinfo|gethostbyname|getpwnam|getpwuid|getpwnam_r|getpwuid_r|getgrnam|BIO_lookup|BIO_lookup_ex|BIO_new_connect' | sort -u)
     if [ -z "$out" ]; then ok "kprism objects reference no resolver/NSS function"; else bad "kprism objects reference NSS functions" "$out"; fi
 fi
 
