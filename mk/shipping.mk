@@ -39,7 +39,8 @@ test-static: static $(BUILD)/kprism-standin $(BUILD)/tests/integration ## the st
 		KPRISM_IT=$(abspath $(BUILD)/tests/integration) tests/static/run.sh
 
 # Talos system extension tree, build/talos-extension/ (manifest.yaml, rootfs/, Containerfile):
-# the image content for `buildah bud`/`docker build`, see talos-extension/README.md.
+# the image content for `buildah bud`/`docker build`, see talos-extension/README.md. The validator
+# also checks the static-pod patches (talos-extension/examples/static-pod-*.patch.yaml).
 # TALOS_BIN=path uses another binary instead of `make static`'s (for tests only: the validator
 # then needs --allow-dynamic for a dynamically linked one).
 ## TALOS_BIN=build/static/kprism: the binary `make talos-extension` puts in the extension (tests only)
@@ -57,7 +58,9 @@ talos-extension: $(if $(filter build/static/kprism,$(TALOS_BIN)),static,$(TALOS_
 	chmod -R go-w $(TALOS_TREE)
 	talos-extension/validate.py $(if $(filter build/static/kprism,$(TALOS_BIN)),,--allow-dynamic) \
 		$(foreach r,worker controlplane,--patch $(r) talos-extension/examples/$(r).patch.yaml \
-		--patch $(r) talos-extension/examples/$(r)-1.14.patch.yaml) $(TALOS_TREE)
+		--patch $(r) talos-extension/examples/$(r)-1.14.patch.yaml \
+		--pod-patch $(r) talos-extension/examples/static-pod-$(r).patch.yaml \
+		--pod-patch $(r) talos-extension/examples/static-pod-$(r)-1.14.patch.yaml) $(TALOS_TREE)
 
 # Packaging checks: the Talos extension tree, the static pod manifest, `kprism check` on every
 # example configuration; ends with "packaging: N passed, M failed".

@@ -1,21 +1,25 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: Apache-2.0
 """Checks an assembled Talos system extension tree the way Talos and its imager would, plus the
-rules kprism's own deployment needs, and the machine config patches in examples/.
+rules kprism's own deployment needs, and the machine config patches in examples/: the extension's
+and the static pod's.
 
-Usage: talos-extension/validate.py [--allow-dynamic] [--service-config FILE]
-                                   [--patch worker|controlplane FILE]... TREE
+Usage: talos-extension/validate.py [--allow-dynamic] [--no-placeholders] [--service-config FILE]
+                                   [--patch worker|controlplane FILE]...
+                                   [--pod-patch worker|controlplane FILE]... [TREE]
 
 TREE is the image's content (build/talos-extension): manifest.yaml and rootfs/ (a Containerfile
-next to them is ignored). --service-config checks an ExtensionServiceConfig document (or the one
-inside a multi-document patch) against the service spec. --patch ROLE FILE checks a machine
-config patch for a worker or a control-plane node (see check_patch). --allow-dynamic accepts a
-dynamically linked entrypoint (only for testing with a non-static build: the container's root
-filesystem has no loader or libc).
+next to them is ignored); it is needed unless only --pod-patch is given. --service-config checks an
+ExtensionServiceConfig document (or the one inside a multi-document patch) against the service
+spec. --patch ROLE FILE checks an extension patch for a worker or a control-plane node (see
+check_patch), --pod-patch ROLE FILE a static-pod patch (see check_pod_patch).
+--no-placeholders also rejects the examples' all-zero image digests (for a patch you are about to
+apply). --allow-dynamic accepts a dynamically linked entrypoint (only for testing with a
+non-static build: the container's root filesystem has no loader or libc).
 
-Prints one line per problem and exits 1 if there is any, else prints "talos-extension: TREE ok".
+Prints one line per problem and exits 1 if there is any, else prints "talos-extension: ... ok".
 Needs python3-yaml (Debian: apt-get install python3-yaml) and Python >= 3.11 (tomllib).
-Talos sources cited are siderolabs/talos v1.13.0 and v1.14.0-rc.1.
+Talos sources cited are siderolabs/talos v1.13.0 to v1.13.9 and v1.14.0-rc.1.
 """
 import os
 import re
@@ -53,6 +57,26 @@ SNAPSHOT = STATE_DIR + "/discovery.json"
 # runner/runner.go DefaultOptions: GracefulShutdownTimeout 10 s between SIGTERM and SIGKILL.
 TALOS_KILL_SECONDS = 10
 DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
+# The examples' stand-in for a real digest; --no-placeholders rejects it.
+PLACEHOLDER_DIGEST = "@sha256:" + "0" * 64
+# The static pod (--pod-patch): its name, the namespace Talos exempts from Pod Security admission
+# (pkg/machinery/config/generate/init.go), system-node-critical's value.
+POD_NAME = "kprism"
+POD_NAMESPACE = "kube-system"
+NODE_CRITICAL = 2000001000
+# Host directories a pod must never mount: they hold every pod's volumes (/var/lib/kubelet), the
+# cluster's private keys (/system/secrets) or everything.
+WIDE_DIRS = ("/", "/etc", "/etc/kubernetes", "/var", "/var/lib", "/var/lib/kubelet", "/system",
+             "/system/secrets")
+# Memory, as tests/packaging/check_manifests.py: 8 MiB, plus ~130 KiB per busy connection
+# (bench/busy_rss.py); kprism(8)'s default max_connections.
+BASE_KIB = 8 * 1024
+PER_CONNECTION_KIB = 130
+DEFAULT_MAX_CONNECTIONS = 10000
+DEFAULT_DRAIN_SECONDS = 30
+# kprism(8) OPTIONS: the flags that take no separate value (a boolean alone means true).
+BOOL_FLAGS = {"allow-non-loopback", "close-on-down", "keep-on-crash", "rebalance", "enable-discovery",
+              "health-tls-resumption", "tcp-nodelay"}
 
 errors = []
 
@@ -423,26 +447,25 @@ def loopback(url):
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def check_patch(role, path, service):
-    """A complete patch for one node role: the ExtensionServiceConfig, KubePrism off, the
-    installer image pinned by digest, and the cluster endpoint on kprism for workers only.
+def split_patch(path):
+    """A patch's documents: (the v1alpha1 document or {}, {kind: document} of the others, all)."""
+    docs = load_docs(path)
+    legacy = [d for d in docs if isinstance(d, dict) and "kind" not in d]
+    kinds = {d.get("kind"): d for d in docs if isinstance(d, dict) and "kind" in d}
+    return (legacy[0] if legacy else {}), kinds, docs
+
+
+def check_node_settings(where, role, legacy, kinds, port):
+    """What both paths set on a node: KubePrism off, and the cluster endpoint on kprism for
+    workers only.
 
     Either the v1alpha1 form (Talos 1.7-1.13: machine.features.kubePrism.enabled false,
     cluster.controlPlane.endpoint) or the 1.14 form (a KubePrismConfig document deleted with
     `$patch: delete`, KubeClusterConfig.endpoint), never both: Talos 1.14 rejects a config with a
     KubePrismConfig document and any .machine.features.kubePrism (types/k8s/kubeprism.go), and one
     with both cluster endpoints (types/k8s/cluster.go)."""
-    where = os.path.basename(path)
-    docs = load_docs(path)
-    if not docs:
-        err(f"{where}: no YAML documents")
-        return
-    legacy = [d for d in docs if isinstance(d, dict) and "kind" not in d]
-    kinds = {d.get("kind"): d for d in docs if isinstance(d, dict) and "kind" in d}
-    esc = esc_of(docs, where)
-    toml = check_service_config(where, esc, service) if esc else None
-    machine = (legacy[0].get("machine") or {}) if legacy else {}
-    cluster = (legacy[0].get("cluster") or {}) if legacy else {}
+    machine = legacy.get("machine") or {}
+    cluster = legacy.get("cluster") or {}
     features = machine.get("features") or {}
     old_prism = "kubePrism" in features
     new_prism = kinds.get("KubePrismConfig")
@@ -459,12 +482,6 @@ def check_patch(role, path, service):
     else:
         err(f"{where}: does not disable KubePrism (machine.features.kubePrism.enabled: false, or on "
             "Talos 1.14 a KubePrismConfig document with $patch: delete)")
-    image = (machine.get("install") or {}).get("image")
-    if not nonempty_str(image):
-        err(f"{where}: machine.install.image missing: new nodes must install the custom installer "
-            "that carries the extension")
-    elif not DIGEST_RE.search(image):
-        err(f"{where}: machine.install.image {image!r} is not pinned by digest (@sha256:...)")
     old_ep = (cluster.get("controlPlane") or {}).get("endpoint")
     new_ep = (kinds.get("KubeClusterConfig") or {}).get("endpoint")
     if old_ep and new_ep:
@@ -473,7 +490,6 @@ def check_patch(role, path, service):
     if new_prism and old_ep or old_prism and new_ep:
         err(f"{where}: mixes the Talos 1.14 documents with the v1alpha1 keys of 1.13")
     endpoint = old_ep or new_ep
-    port = (toml or {}).get("bind_port", 7445)
     if role == "worker":
         want = f"https://127.0.0.1:{port}"
         if endpoint != want:
@@ -487,50 +503,290 @@ def check_patch(role, path, service):
             "KubePrism off, and the apiserver's service-account issuer; keep the shared endpoint")
 
 
+def check_digest(where, what, image, no_placeholders):
+    """image pinned by digest; with no_placeholders, not by the examples' all-zero digest."""
+    if not DIGEST_RE.search(image):
+        err(f"{where}: {what} {image!r} is not pinned by digest (@sha256:...)")
+    elif no_placeholders and image.endswith(PLACEHOLDER_DIGEST):
+        err(f"{where}: {what} {image!r} still has the placeholder digest (all zeros): put the digest "
+            "your registry gave the pushed image there")
+
+
+def check_patch(role, path, service, no_placeholders=False):
+    """A complete extension patch for one node role: the ExtensionServiceConfig, KubePrism off, the
+    installer image pinned by digest, and the cluster endpoint on kprism for workers only."""
+    where = os.path.basename(path)
+    legacy, kinds, docs = split_patch(path)
+    if not docs:
+        err(f"{where}: no YAML documents")
+        return
+    esc = esc_of(docs, where)
+    toml = check_service_config(where, esc, service) if esc else None
+    image = ((legacy.get("machine") or {}).get("install") or {}).get("image")
+    if not nonempty_str(image):
+        err(f"{where}: machine.install.image missing: new nodes must install the custom installer "
+            "that carries the extension")
+    else:
+        check_digest(where, "machine.install.image", image, no_placeholders)
+    check_node_settings(where, role, legacy, kinds, (toml or {}).get("bind_port", 7445))
+
+
+# --- the static pod (examples/static-pod-*.patch.yaml) -------------------------------------------
+
+def flags_of(args):
+    """kprism's command-line flags as {name: value} (True for a boolean given alone)."""
+    flags, i = {}, 0
+    while i < len(args):
+        a = args[i]
+        i += 1
+        if not isinstance(a, str) or not a.startswith("--"):
+            continue
+        name, eq, value = a[2:].partition("=")
+        if eq:
+            flags[name] = value
+        elif name not in BOOL_FLAGS and i < len(args) and isinstance(args[i], str) \
+                and not args[i].startswith("--"):
+            flags[name] = args[i]
+            i += 1
+        else:
+            flags[name] = True
+    return flags
+
+
+def truthy(v):
+    return v is True or (isinstance(v, str) and v.lower() in ("true", "1", "yes", "on"))
+
+
+def int_flag(flags, name, default):
+    """An integer flag's value, its default when absent or not a number (kprism check judges it)."""
+    v = str(flags.get(name, default))
+    return int(v) if v.isdigit() else default
+
+
+def kib(quantity):
+    """A Kubernetes memory quantity (64Mi, 128M, 1Gi, 134217728) in KiB, or None."""
+    m = re.fullmatch(r"([0-9.]+(?:e[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(quantity))
+    if not m:
+        return None
+    mult = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
+    return float(m.group(1)) * mult / 1024
+
+
+def static_pods(where, legacy, kinds, docs):
+    """The kprism pod of a patch: from .machine.pods (v1alpha1) or a KubeStaticPodConfig document
+    (Talos 1.14), never both."""
+    old = [p for p in ((legacy.get("machine") or {}).get("pods") or [])
+           if isinstance(p, dict) and (p.get("metadata") or {}).get("name") == POD_NAME]
+    new = [d for d in docs if isinstance(d, dict) and d.get("kind") == "KubeStaticPodConfig"
+           and d.get("name") == POD_NAME]
+    if old and new:
+        err(f"{where}: the pod both in .machine.pods and in a KubeStaticPodConfig document: kubelet would "
+            "be given two pods named kube-system/kprism")
+    if len(old) + len(new) != 1:
+        err(f"{where}: expected one static pod named {POD_NAME} (.machine.pods, or on Talos 1.14 a "
+            f"KubeStaticPodConfig document named {POD_NAME}), found {len(old) + len(new)}")
+        return None
+    if new and (new[0].get("apiVersion") != "v1alpha1" or not isinstance(new[0].get("pod"), dict)):
+        err(f"{where}: the KubeStaticPodConfig document needs apiVersion v1alpha1 and the pod under `pod`")
+        return None
+    return old[0] if old else new[0]["pod"]
+
+
+def check_pod(where, pod, no_placeholders):
+    """kprism's rules for the static pod: what packaging/kubernetes/kprism.yaml does for kubeadm,
+    with Talos's paths. Returns the bind port."""
+    spec = pod.get("spec") or {}
+    meta = pod.get("metadata") or {}
+    if pod.get("apiVersion") != "v1" or pod.get("kind") != "Pod":
+        err(f"{where}: the static pod must be apiVersion v1, kind Pod")
+    if meta.get("namespace") != POD_NAMESPACE:
+        err(f"{where}: the pod's namespace must be {POD_NAMESPACE}, is {meta.get('namespace')!r}: Talos "
+            "exempts only it from Pod Security admission, whose baseline refuses the mirror pod")
+    if spec.get("hostNetwork") is not True:
+        err(f"{where}: hostNetwork must be true: kprism listens on the node's loopback, before any CNI")
+    if spec.get("priorityClassName") != "system-node-critical":
+        err(f"{where}: priorityClassName must be system-node-critical, is {spec.get('priorityClassName')!r}")
+    if spec.get("priority") not in (None, NODE_CRITICAL):
+        err(f"{where}: priority must be {NODE_CRITICAL} (system-node-critical's value) if set")
+    if spec.get("dnsPolicy") not in ("Default", "None"):
+        err(f"{where}: dnsPolicy must be Default: cluster DNS needs the API that kprism provides")
+    if spec.get("automountServiceAccountToken") is not False:
+        err(f"{where}: automountServiceAccountToken must be false")
+    containers = spec.get("containers") or []
+    if len(containers) != 1 or not isinstance(containers[0], dict):
+        err(f"{where}: the pod must have exactly one container")
+        return 7445
+    c = containers[0]
+    image = c.get("image")
+    if not nonempty_str(image):
+        err(f"{where}: the container has no image")
+    else:
+        check_digest(where, "the pod's image", image, no_placeholders)
+    flags = flags_of((c.get("command") or []) + (c.get("args") or []))
+
+    # uid 0 to read root's files: kubelet's key (0600) and Talos's ca.crt (0400 in a 0700 directory,
+    # KubeletServiceController.writePKI); nothing else root can do.
+    psc, csc = spec.get("securityContext") or {}, c.get("securityContext") or {}
+
+    def eff(key):  # the container's value, else the pod's
+        return csc.get(key, psc.get(key))
+
+    if eff("runAsUser") != 0 or eff("runAsGroup") != 0 or eff("runAsNonRoot") is not False:
+        err(f"{where}: the pod must run as uid and gid 0 (runAsUser 0, runAsGroup 0, runAsNonRoot false): "
+            "kubelet's key is 0600 and Talos's ca.crt 0400, both root's; the image's USER 65532 reads neither")
+    caps = csc.get("capabilities") or {}
+    if caps.get("drop") != ["ALL"] or caps.get("add"):
+        err(f"{where}: capabilities must drop ALL and add none (uid 0 then gets a file owner's "
+            "permission bits and nothing more)")
+    if csc.get("allowPrivilegeEscalation") is not False:
+        err(f"{where}: allowPrivilegeEscalation must be false")
+    if csc.get("privileged"):
+        err(f"{where}: the container must not be privileged")
+    if csc.get("readOnlyRootFilesystem") is not True:
+        err(f"{where}: readOnlyRootFilesystem must be true")
+    if (eff("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        err(f"{where}: seccompProfile must be RuntimeDefault")
+
+    # Probes on the admin endpoint, which listens on loopback: without host: 127.0.0.1 a
+    # host-network pod's probes go to the node's address and fail.
+    hport = int_flag(flags, "health-port", 7446)
+    for probe, path_ in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        h = (c.get(probe) or {}).get("httpGet") or {}
+        if h.get("host") != "127.0.0.1" or h.get("port") != hport or h.get("path") != path_ \
+                or h.get("scheme", "HTTP") != "HTTP":
+            err(f"{where}: {probe} must be httpGet http://127.0.0.1:{hport}{path_} (the admin port, "
+                f"host 127.0.0.1), is {h or None}")
+
+    # Mounts: hostPath only; read-only but the state directory; the kubelet PKI and the CA
+    # directories at their own paths; nothing wider.
+    volumes = {v.get("name"): v for v in spec.get("volumes") or [] if isinstance(v, dict)}
+    mounts = [m for m in c.get("volumeMounts") or [] if isinstance(m, dict)]
+    if any(set(v) != {"name", "hostPath"} for v in volumes.values()):
+        err(f"{where}: volumes must be hostPath only (a static pod cannot use the API's objects)")
+    hp = {}
+    for m in mounts:
+        h = (volumes.get(m.get("name")) or {}).get("hostPath") or {}
+        if not h:
+            err(f"{where}: volumeMount {m.get('name')!r} has no hostPath volume")
+            continue
+        hp[m.get("mountPath")] = (h, m)
+        if m.get("mountPath") != STATE_DIR and m.get("readOnly") is not True:
+            err(f"{where}: every volumeMount must be readOnly but the state directory {STATE_DIR}; "
+                f"{m.get('mountPath')} is not")
+        if os.path.normpath(h.get("path") or "/") in WIDE_DIRS:
+            err(f"{where}: mounts the host's {h.get('path')}: that is every pod's volumes or the "
+                f"cluster's keys; mount only {KUBELET_PKI}, {HOST_CA_DIR} and {STATE_DIR}")
+    for want, types, why in ((KUBELET_PKI, ("DirectoryOrCreate",), "kubelet's rotating client certificate"),
+                             (HOST_CA_DIR, ("Directory",), "the cluster CA Talos keeps current")):
+        h, m = hp.get(want, ({}, {}))
+        if h.get("path") != want or h.get("type") not in types or m.get("subPath"):
+            err(f"{where}: {why}: mount the host's {want} (hostPath type {types[0]}) at {want}, read-only")
+    h, m = hp.get(STATE_DIR, ({}, {}))
+    if h.get("path") != STATE_DIR or h.get("type") not in (None, "") or m.get("readOnly") is True \
+            or m.get("subPath"):
+        err(f"{where}: the state directory: mount the host's {STATE_DIR} at {STATE_DIR}, writable, with no "
+            "hostPath type (Talos's kubelet cannot see it, system/services/kubelet.go; containerd creates it)")
+
+    def inside(p, roots):
+        return any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots)
+
+    for flag, default in (("client-cert", KUBELET_PKI + "/kubelet-client-current.pem"),
+                          ("client-key", KUBELET_PKI + "/kubelet-client-current.pem"),
+                          ("ca-file", HOST_CA), ("config", None), ("discovery-snapshot-file", None)):
+        p = flags.get(flag, default)
+        if p is not None and not inside(str(p), list(hp)):
+            err(f"{where}: --{flag} {p} is not inside a mount of the pod")
+    if truthy(flags.get("enable-discovery")) and not inside(str(flags.get("discovery-snapshot-file", SNAPSHOT)),
+                                                         [STATE_DIR]):
+        err(f"{where}: --discovery-snapshot-file is not under the writable state mount {STATE_DIR}")
+
+    # Memory limit against --max-connections; the grace period over the drain.
+    n = int_flag(flags, "max-connections", DEFAULT_MAX_CONNECTIONS)
+    limit = ((c.get("resources") or {}).get("limits") or {}).get("memory")
+    need = BASE_KIB + n * PER_CONNECTION_KIB
+    if limit is None or (kib(limit) or 0) < need:
+        err(f"{where}: the memory limit {limit} does not cover --max-connections {n}: "
+            f"{BASE_KIB} KiB + {n} x {PER_CONNECTION_KIB} KiB = {need / 1024:.0f} MiB")
+    drain = seconds(flags.get("drain-timeout", f"{DEFAULT_DRAIN_SECONDS}s")) or DEFAULT_DRAIN_SECONDS
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    if not isinstance(grace, int) or grace <= drain:
+        err(f"{where}: terminationGracePeriodSeconds {grace} is not over the drain timeout ({drain:g} s): "
+            "kubelet would kill kprism while it drains")
+    return int_flag(flags, "bind-port", 7445)
+
+
+def check_pod_patch(role, path, no_placeholders=False):
+    """A complete static-pod patch for one node role: the kprism pod (check_pod), KubePrism off,
+    the cluster endpoint on kprism for workers only, and not the extension's configuration too."""
+    where = os.path.basename(path)
+    legacy, kinds, docs = split_patch(path)
+    if not docs:
+        err(f"{where}: no YAML documents")
+        return
+    if "ExtensionServiceConfig" in kinds:
+        err(f"{where}: a static-pod patch must not carry the extension's ExtensionServiceConfig: both "
+            "would listen on 127.0.0.1:7445; choose one path")
+    pod = static_pods(where, legacy, kinds, docs)
+    port = check_pod(where, pod, no_placeholders) if pod else 7445
+    check_node_settings(where, role, legacy, kinds, port)
+
+
 def main(argv):
     allow_dynamic = False
+    no_placeholders = False
     service_config = None
     patches = []
+    pod_patches = []
     args = argv[1:]
     while args and args[0].startswith("--"):
         if args[0] == "--allow-dynamic":
             allow_dynamic = True
             args = args[1:]
+        elif args[0] == "--no-placeholders":
+            no_placeholders = True
+            args = args[1:]
         elif args[0] == "--service-config" and len(args) > 1:
             service_config = args[1]
             args = args[2:]
-        elif args[0] == "--patch" and len(args) > 2 and args[1] in ("worker", "controlplane"):
-            patches.append((args[1], args[2]))
+        elif args[0] in ("--patch", "--pod-patch") and len(args) > 2 and args[1] in ("worker", "controlplane"):
+            (patches if args[0] == "--patch" else pod_patches).append((args[1], args[2]))
             args = args[3:]
         else:
             break
-    if len(args) != 1:
-        print(__doc__.strip().splitlines()[4], file=sys.stderr)
+    # TREE is needed for the extension's checks; static-pod patches alone need none.
+    if len(args) > 1 or not args and (patches or service_config or not pod_patches):
+        print("\n".join(__doc__.strip().splitlines()[4:7]), file=sys.stderr)
         return 2
-    tree = os.path.abspath(args[0])
-    manifest = check_manifest(tree)
-    check_rootfs(tree)
-    sdir = os.path.join(tree, "rootfs/usr/local/etc/containers")
-    specs = sorted(f for f in os.listdir(sdir) if f.endswith(".yaml")) if os.path.isdir(sdir) else []
-    if not specs:
-        err("rootfs/usr/local/etc/containers/: no extension service spec (*.yaml)")
-    services = [check_service(tree, os.path.join(sdir, f), allow_dynamic) for f in specs]
-    services = [s for s in services if s]
-    mname = ((manifest or {}).get("metadata") or {}).get("name")
-    if mname and services and mname not in [s.get("name") for s in services]:
-        err(f"manifest.yaml: no service spec named after the extension {mname!r}")
-    service = next((s for s in services if s.get("name") == mname), services[0] if services else None)
-    if service_config:
-        esc = esc_of(load_docs(service_config), os.path.basename(service_config))
-        if esc:
-            check_service_config(os.path.basename(service_config), esc, service)
-    for role, path in patches:
-        check_patch(role, path, service)
+    if args:
+        tree = os.path.abspath(args[0])
+        manifest = check_manifest(tree)
+        check_rootfs(tree)
+        sdir = os.path.join(tree, "rootfs/usr/local/etc/containers")
+        specs = sorted(f for f in os.listdir(sdir) if f.endswith(".yaml")) if os.path.isdir(sdir) else []
+        if not specs:
+            err("rootfs/usr/local/etc/containers/: no extension service spec (*.yaml)")
+        services = [check_service(tree, os.path.join(sdir, f), allow_dynamic) for f in specs]
+        services = [s for s in services if s]
+        mname = ((manifest or {}).get("metadata") or {}).get("name")
+        if mname and services and mname not in [s.get("name") for s in services]:
+            err(f"manifest.yaml: no service spec named after the extension {mname!r}")
+        service = next((s for s in services if s.get("name") == mname), services[0] if services else None)
+        if service_config:
+            esc = esc_of(load_docs(service_config), os.path.basename(service_config))
+            if esc:
+                check_service_config(os.path.basename(service_config), esc, service)
+        for role, path in patches:
+            check_patch(role, path, service, no_placeholders)
+    for role, path in pod_patches:
+        check_pod_patch(role, path, no_placeholders)
     for e in errors:
         print(f"talos-extension: {e}")
     if errors:
         return 1
-    print(f"talos-extension: {args[0]} ok")
+    what = [args[0]] if args else []
+    what += [os.path.basename(path) for _, path in pod_patches]
+    print(f"talos-extension: {', '.join(what)} ok")
     return 0
 
 

@@ -11,8 +11,9 @@ Every example carries a line `# deploy: deb` or `# deploy: static-pod`:
               /var/lib/kubelet;
   static-pod  packaging/kubernetes/kprism.yaml: tests/packaging/check_manifests.py --toml FILE
               decides (files inside the pod's mounts, readable by the pod's user).
-Talos configurations live in the ExtensionServiceConfig of talos-extension/examples/*.patch.yaml
-(checked by talos-extension/validate.py), so `deploy: talos` is refused here.
+Talos configurations live in talos-extension/examples/: the ExtensionServiceConfig of the extension's
+patches and the flags of the static pod's (checked by talos-extension/validate.py), so
+`deploy: talos` is refused here.
 Prints PASS/FAIL lines and exits 1 if any failed. Needs Python >= 3.11 (tomllib).
 """
 import glob
@@ -73,8 +74,8 @@ def check(path):
         fails = [l for l in r.stdout.splitlines() if l.startswith("FAIL")]
         return report(f"{name} is right for the static pod", "; ".join(fails) or
                       ("" if r.returncode == 0 else r.stdout + r.stderr))
-    return report(name, f"deploy: {kind} is not deb or static-pod (Talos: the ExtensionServiceConfig "
-                        "in talos-extension/examples/*.patch.yaml)")
+    return report(name, f"deploy: {kind} is not deb or static-pod (Talos: the patches in "
+                        "talos-extension/examples/)")
 
 
 files = sys.argv[1:] or sorted(glob.glob(os.path.join(ROOT, "packaging/examples/*.toml")))

@@ -10,6 +10,12 @@
 #    or misplaced endpoint, KubePrism on, unpinned installer, 1.14 conflicts, pasted CA, drain
 #    over Talos's kill, the discovery snapshot outside the state mount) fail;
 #  - the TOML inside the patches' one ExtensionServiceConfig passes `kprism check` with the tree's binary;
+#  - the four Talos static-pod patches (talos-extension/examples/static-pod-*.patch.yaml) pass
+#    validate.py --pod-patch (no tree needed), carry one and the same pod whose flags pass
+#    `kprism check`, and a broken copy per rule fails for that rule (host network, image digest and
+#    placeholder, probes on 127.0.0.1's admin port, capabilities, uid 0, read-only mounts but the
+#    state directory, the three host directories, KubePrism off, the cluster endpoint, priority
+#    class, namespace, memory, grace period, both pod forms, the extension's config alongside);
 #  - packaging/kubernetes/kprism.yaml passes tests/packaging/check_manifests.py, and a broken copy
 #    per rule fails for that rule (a writable mount other than the state directory
 #    /var/lib/kprism, the state volume from elsewhere or not DirectoryOrCreate, root with
@@ -164,6 +170,8 @@ else
 import glob, sys, yaml
 escs = {}
 for p in sorted(glob.glob(sys.argv[1] + "/*.patch.yaml")):
+    if p.rsplit("/", 1)[-1].startswith("static-pod-"):
+        continue
     escs[p] = [d for d in yaml.safe_load_all(open(p)) if d and d.get("kind") == "ExtensionServiceConfig"]
 first = next(iter(escs.values()))
 bad = [p for p, e in escs.items() if e != first]
@@ -175,7 +183,6 @@ EOF
     check "talos: ExtensionServiceConfig kprism.toml passes kprism check" "$TALOS_TREE/$ENTRY" check --config "$tmp/talos.toml"
 fi
 
-# --- static pod ---
 # caught_by RULE CMD...: CMD's output; fails (so `reject` passes) only when CMD fails with
 # "FAIL  RULE...", so each broken copy proves its own rule fires.
 caught_by() {
@@ -184,6 +191,122 @@ caught_by() {
     printf '%s\n' "$out"
     ! { [ "$rc" != 0 ] && grep -qF "FAIL  $rule" <<<"$out"; }
 }
+# caught_with TEXT CMD...: the same for validate.py, whose problem lines carry TEXT.
+caught_with() {
+    local text=$1 out rc; shift
+    out=$("$@" 2>&1); rc=$?
+    printf '%s\n' "$out"
+    ! { [ "$rc" != 0 ] && grep -qF -- "$text" <<<"$out"; }
+}
+
+# --- Talos static pod (needs no tree) ---
+SW=$EX/static-pod-worker.patch.yaml SW14=$EX/static-pod-worker-1.14.patch.yaml
+SC=$EX/static-pod-controlplane.patch.yaml SC14=$EX/static-pod-controlplane-1.14.patch.yaml
+check "talos static pod: the four static-pod patches are right" /usr/bin/python3 $VALIDATE \
+    --pod-patch worker "$SW" --pod-patch worker "$SW14" --pod-patch controlplane "$SC" --pod-patch controlplane "$SC14"
+check "talos static pod: the four patches carry one and the same pod" /usr/bin/python3 - "$tmp/pod-args" "$SW" "$SW14" "$SC" "$SC14" <<'EOF'
+import sys, yaml
+pods = []
+for p in sys.argv[2:]:
+    for d in yaml.safe_load_all(open(p)):
+        if d and d.get("kind") == "KubeStaticPodConfig":
+            pods.append(d["pod"])
+        elif d and "kind" not in d:
+            pods += (d.get("machine") or {}).get("pods") or []
+if len(pods) != 4 or any(p != pods[0] for p in pods):
+    sys.exit(f"{len(pods)} pods, not all the same")
+open(sys.argv[1], "w").write("\n".join(pods[0]["spec"]["containers"][0]["args"]) + "\n")
+EOF
+# The pod's flags, checked by the binary the image carries when the tree has the static one.
+pod_bin=$KPRISM_BIN
+[ -x "$TALOS_TREE/$ENTRY" ] && [ "$TALOS_ALLOW_DYNAMIC" != 1 ] && pod_bin=$TALOS_TREE/$ENTRY
+if [ ! -x "$pod_bin" ] || [ ! -s "$tmp/pod-args" ]; then
+    echo "FAIL  talos static pod: cannot check the pod's flags ($pod_bin missing or no flags)"; failed=$((failed + 1))
+else
+    mapfile -t pod_args <"$tmp/pod-args"
+    check "talos static pod: the pod's flags pass $pod_bin check" "$pod_bin" check "${pod_args[@]}"
+fi
+# pod_bad NAME TEXT ROLE FILE [validate.py flags]: the patch FILE must fail for ROLE with TEXT.
+pod_bad() {
+    local name=$1 text=$2 role=$3 file=$4; shift 4
+    reject "talos static pod rejects: $name" caught_with "$text" /usr/bin/python3 $VALIDATE "$@" --pod-patch "$role" "$file"
+}
+# pod_mutant NAME TEXT ROLE FILE SED-EXPR: FILE changed by SED-EXPR must fail for ROLE with TEXT.
+pod_mutant() {
+    sed "$5" "$4" >"$tmp/pod-patch.yaml"
+    if cmp -s "$4" "$tmp/pod-patch.yaml"; then
+        echo "FAIL  talos static pod rejects: $1 (setup: the sed changed nothing)"; failed=$((failed + 1)); return
+    fi
+    pod_bad "$1" "$2" "$3" "$tmp/pod-patch.yaml"
+}
+pod_mutant "no host network" "hostNetwork must be true" worker "$SW" 's/hostNetwork: true/hostNetwork: false/'
+pod_mutant "image by tag, no digest" "is not pinned by digest" worker "$SW" 's/@sha256:[0-9a-f]*$//'
+pod_bad "the placeholder digest with --no-placeholders" "still has the placeholder digest" worker "$SW" --no-placeholders
+pod_mutant "liveness probe on the node's address (no host)" "livenessProbe must be httpGet http://127.0.0.1:7446/healthz" \
+    worker "$SW" '0,/^ *host: 127.0.0.1$/{//d}'
+pod_mutant "readiness probe on the API port" "readinessProbe must be httpGet http://127.0.0.1:7446/readyz" \
+    worker "$SW" '/readinessProbe:/,/path:/s/port: 7446/port: 7445/'
+pod_mutant "capabilities not dropped" "capabilities must drop ALL" worker "$SW" 's/drop: \["ALL"\]/drop: []/'
+pod_mutant "a capability added" "capabilities must drop ALL" worker "$SW" \
+    's/^\( *\)drop: \["ALL"\]/\1drop: ["ALL"]\n\1add: ["NET_ADMIN"]/'
+pod_mutant "uid 65532 (cannot read kubelet's key or Talos's CA)" "must run as uid and gid 0" worker "$SW" 's/runAsUser: 0/runAsUser: 65532/'
+pod_mutant "privilege escalation allowed" "allowPrivilegeEscalation must be false" worker "$SW" \
+    's/allowPrivilegeEscalation: false/allowPrivilegeEscalation: true/'
+pod_mutant "privileged" "must not be privileged" worker "$SW" 's/privileged: false/privileged: true/'
+pod_mutant "writable root filesystem" "readOnlyRootFilesystem must be true" worker "$SW" \
+    's/readOnlyRootFilesystem: true/readOnlyRootFilesystem: false/'
+pod_mutant "no seccomp profile" "seccompProfile must be RuntimeDefault" worker "$SW" 's/type: RuntimeDefault/type: Unconfined/'
+pod_mutant "service account token mounted" "automountServiceAccountToken must be false" worker "$SW" \
+    's/automountServiceAccountToken: false/automountServiceAccountToken: true/'
+pod_mutant "the kubelet PKI mounted writable" "every volumeMount must be readOnly but the state directory" \
+    worker "$SW" '0,/readOnly: true/s//readOnly: false/'
+pod_mutant "/var/lib/kubelet mounted (every pod's volumes)" "mounts the host's /var/lib/kubelet:" \
+    worker "$SW" 's|path: /var/lib/kubelet/pki$|path: /var/lib/kubelet|'
+pod_mutant "the CA as a single file" "the cluster CA Talos keeps current" \
+    worker "$SW" 's|path: /etc/kubernetes/pki$|path: /etc/kubernetes/pki/ca.crt|; s/type: Directory$/type: File/'
+pod_mutant "the state directory with a hostPath type" "the state directory: mount the host's /var/lib/kprism" \
+    worker "$SW" 's|^\( *\)path: /var/lib/kprism$|\1path: /var/lib/kprism\n\1type: DirectoryOrCreate|'
+pod_mutant "the state directory read-only" "the state directory: mount the host's /var/lib/kprism" \
+    worker "$SW" 's/readOnly: false/readOnly: true/'
+pod_mutant "the client certificate outside the mounts" "--client-cert /var/lib/kubelet/kubelet-client-current.pem is not inside a mount" \
+    worker "$SW" 's|--client-cert=/var/lib/kubelet/pki/|--client-cert=/var/lib/kubelet/|'
+pod_mutant "discovery's snapshot outside the state directory" "--discovery-snapshot-file is not under the writable state mount" \
+    worker "$SW" 's|^\( *\)- --log-format=json$|&\n\1- --enable-discovery\n\1- --discovery-snapshot-file=/var/lib/kubelet/pki/discovery.json|'
+pod_mutant "KubePrism left enabled" "machine.features.kubePrism.enabled must be false" worker "$SW" 's/enabled: false/enabled: true/'
+pod_mutant "1.14: KubePrismConfig kept, not deleted" "the KubePrismConfig document must be" worker "$SW14" 's/^\$patch: delete$/port: 7445/'
+pod_mutant "1.14: machine.features.kubePrism as well" "both .machine.features.kubePrism and a KubePrismConfig document" \
+    worker "$SW14" '0,/^---$/s//---\nmachine:\n  features:\n    kubePrism:\n      enabled: false\n---/'
+pod_mutant "worker endpoint localhost, not 127.0.0.1" "the worker's cluster endpoint must be https://127.0.0.1:7445" \
+    worker "$SW" 's|endpoint: https://127.0.0.1:7445|endpoint: https://localhost:7445|'
+pod_mutant "1.14: worker without the endpoint" "the worker's cluster endpoint must be https://127.0.0.1:7445" \
+    worker "$SW14" 's/^endpoint: .*$/name: other/'
+pod_bad "control-plane patch with the loopback endpoint" "a control-plane patch must not set the cluster endpoint" controlplane "$SW"
+pod_mutant "no priority class" "priorityClassName must be system-node-critical" worker "$SW" '/priorityClassName:/d'
+pod_mutant "a priority other than system-node-critical's" "priority must be 2000001000" worker "$SW" 's/priority: 2000001000/priority: 1000/'
+pod_mutant "namespace default (Pod Security admission refuses the mirror pod)" "the pod's namespace must be kube-system" \
+    worker "$SW" 's/namespace: kube-system/namespace: default/'
+pod_mutant "cluster DNS" "dnsPolicy must be Default" worker "$SW" 's/dnsPolicy: Default/dnsPolicy: ClusterFirstWithHostNet/'
+pod_mutant "a memory limit below --max-connections' need" "does not cover --max-connections 1000" worker "$SW" 's/memory: 192Mi/memory: 64Mi/'
+pod_mutant "grace period not over the drain" "terminationGracePeriodSeconds 30 is not over the drain timeout" \
+    worker "$SW" 's/terminationGracePeriodSeconds: 35/terminationGracePeriodSeconds: 30/'
+pod_mutant "a volume that is not a hostPath" "volumes must be hostPath only" \
+    worker "$SW" 's|^\( *\)- name: state$|\1- name: scratch\n\1  emptyDir: {}\n&|'
+pod_mutant "no pod named kprism" "expected one static pod named kprism" worker "$SW" 's/^        name: kprism$/        name: other/'
+pod_mutant "not a Pod" "the static pod must be apiVersion v1, kind Pod" worker "$SW" 's/^\( *\)kind: Pod$/\1kind: Deployment/'
+pod_mutant "a second container" "the pod must have exactly one container" worker "$SW" \
+    's|^        volumes:$|          - name: sidecar\n            image: registry.example.com/sidecar@sha256:'"$(printf '1%.0s' {1..64})"'\n&|'
+pod_mutant "no image" "the container has no image" worker "$SW" '/^ *image: /d'
+pod_mutant "1.14: KubeStaticPodConfig without its pod" "the KubeStaticPodConfig document needs apiVersion v1alpha1 and the pod under" \
+    worker "$SW14" 's/^pod:$/spec:/'
+# The 1.13 patch with the 1.14 file's KubeStaticPodConfig document appended.
+{ cat "$SW"; echo ---; sed -n '/^kind: KubeStaticPodConfig$/,$p' "$SW14" | sed '1i apiVersion: v1alpha1'; } >"$tmp/both-forms.yaml"
+pod_bad "the pod in .machine.pods and a KubeStaticPodConfig" "the pod both in .machine.pods and in a KubeStaticPodConfig" \
+    worker "$tmp/both-forms.yaml"
+{ cat "$SW"; printf -- '---\napiVersion: v1alpha1\nkind: ExtensionServiceConfig\nname: kprism\n'; } >"$tmp/with-esc.yaml"
+pod_bad "the extension's ExtensionServiceConfig alongside" "must not carry the extension's ExtensionServiceConfig" \
+    worker "$tmp/with-esc.yaml"
+
+# --- static pod (kubeadm) ---
 POD=packaging/kubernetes/kprism.yaml
 POD_TOML=packaging/kubernetes/kprism.toml
 CM=tests/packaging/check_manifests.py
