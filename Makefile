@@ -15,6 +15,7 @@
 #   mk/scenarios.mk the control-plane scenarios beside HAProxy
 #   mk/chaos.mk     make chaos: seeded random events, invariants checked
 #   mk/deps.mk      make deps
+#   mk/runtime.mk   make test-runtime: the static pods under podman, the extension under runc
 #   mk/help.mk      make help (mk/help.awk): a target's `## ` comment on its rule line is its line
 #                   there, a `## NAME=default: ...` comment above a variable documents it
 
@@ -22,3 +23,4 @@
 
 include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
 	mk/chaos.mk mk/deps.mk mk/help.mk
+include mk/runtime.mk

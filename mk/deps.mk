@@ -6,7 +6,8 @@
 DEB_PKGS := build-essential pkg-config libuv1-dev libssl-dev libtomlplusplus-dev libfmt-dev nlohmann-json3-dev \
 	libsystemd-dev libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3 python3-yaml \
 	debhelper dpkg-dev fakeroot buildah clang libclang-rt-dev llvm iptables iproute2 systemd-container debootstrap \
-	golang-go python3-kubernetes haproxy
+	golang-go python3-kubernetes haproxy \
+	podman runc catatonit
 .PHONY: deps
 deps: ## apt-get install every build and test dependency (with sudo unless root)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
