@@ -22,5 +22,4 @@
 .DEFAULT_GOAL := all
 
 include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
-	mk/chaos.mk mk/deps.mk mk/help.mk
-include mk/runtime.mk
+	mk/chaos.mk mk/runtime.mk mk/deps.mk mk/help.mk
