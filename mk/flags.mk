@@ -14,7 +14,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.
 # the Talos extension manifest carries (VERSION above may be a commit hash between releases).
 RELEASE := $(shell sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 
-PKGS := libuv fmt openssl
+PKGS := libuv fmt openssl libcares
 # WITH_SYSTEMD=0 drops libsystemd (static builds); src/base/sd_notify.cc then speaks the sd_notify and
 # socket-activation protocol itself, with the same behaviour.
 ## WITH_SYSTEMD=1: 0 builds without libsystemd, speaking the same protocol itself
@@ -76,7 +76,7 @@ endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
 ifeq ($(STATIC),1)
-LDLIBS = $(shell pkg-config --libs --static libuv-static openssl)
+LDLIBS = $(shell pkg-config --libs --static libuv-static openssl libcares)
 else
 LDLIBS = $(shell pkg-config --libs $(PKGS))
 endif
