@@ -65,12 +65,12 @@ endif
 # glibc relocates it itself at start, so it gets ASLR and RELRO without a loader; without
 # -static-libstdc++, which g++ 12 wraps in -Bstatic/-Bdynamic so that libc ends up linked
 # dynamically into a binary that crashes at once - -static-pie links libstdc++ statically anyway).
-# KPRISM_STATIC=1 makes configuration validation reject hostname endpoints (a static glibc cannot
-# load NSS modules to resolve them).
+# Hostnames are resolved by c-ares (libcares.a here), which reads /etc/hosts and /etc/resolv.conf
+# itself: no glibc NSS module is needed, so the static binary resolves them like the dynamic one.
 ## STATIC=0: 1 links everything statically (`make static` uses it, in build/static)
 STATIC ?= 0
 ifeq ($(STATIC),1)
-CXXFLAGS_BASE += -DFMT_HEADER_ONLY -DKPRISM_STATIC=1
+CXXFLAGS_BASE += -DFMT_HEADER_ONLY
 LDFLAGS += $(if $(filter 1,$(HARDEN)),-static-pie,-static -static-libstdc++) -static-libgcc -s
 endif
 CXXFLAGS += $(CXXFLAGS_BASE)
