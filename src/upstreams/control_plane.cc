@@ -586,6 +586,10 @@ void ControlPlane::add_name(const Endpoint& e) {
     n->name = e.addr.str();
     n->zone = e.zone;
     n->server_name = e.server_name;
+    n->shown.addr = e.addr;
+    n->shown.name = n->name;
+    n->shown.zone = e.zone;
+    n->shown.last_error = "not resolved yet";
     names_.push_back(std::move(n));
 }
 
@@ -593,6 +597,13 @@ std::vector<Upstream*> ControlPlane::addresses_of(const NamedEndpoint& n) {
     std::vector<Upstream*> out;
     for (size_t i = 0; i < ups_.size(); ++i)
         if (!ups_[i].removed && ups_[i].of_name == n.name) out.push_back(&ups_[i]);
+    return out;
+}
+
+std::vector<const Upstream*> ControlPlane::unresolved_names() const {
+    std::vector<const Upstream*> out;
+    for (const auto& n : names_)
+        if (!has_address(*n)) out.push_back(&n->shown);
     return out;
 }
 
@@ -644,6 +655,7 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
     n.answered = true;
     if (closed_) return;
     if (r.error != ResolveError::none) {
+        n.shown.last_error = fmt::format("not resolved: {}: {}", resolve_error_name(r.error), r.detail);
         if (!n.failed_logged)
             log::warn("cannot resolve endpoint; will retry",
                       {{"upstream", n.name}, {"error", resolve_error_name(r.error)}, {"detail", r.detail},
@@ -653,6 +665,7 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
         return;
     }
     n.failed_logged = false;
+    n.shown.last_error = "resolves only to other endpoints' addresses or kprism's own";
     if (r.total > r.addresses.size()) {
         if (!n.over_cap_logged)
             log::warn("endpoint resolves to more addresses than the limit; keeping the first in address order",

@@ -252,3 +252,31 @@ TEST(Hostname, ReloadRemovesAndAddsAName) {
         << k.output();
     ::unlink(cf.c_str());
 }
+
+// A name without an address is one row in /status, `kprism status` and /readyz?verbose (unknown,
+// with why), and none in the metrics; once it resolves, its addresses take its place.
+TEST(Hostname, UnresolvedNameIsShownWithWhy) {
+    TcpServer up(TcpServer::echo);
+    DnsServer dns;
+    dns.set_zone(R"({")" + kName + R"(": {"mode": "nxdomain"}})");
+    const std::string name = kName + ":" + std::to_string(up.port());
+    Kprism k({name, up.endpoint()}, {"--resolve-interval", "1s"}, Spawn{{dns.dns_env()}, {}});
+    ASSERT_TRUE(k.wait_output("msg=\"cannot resolve endpoint; will retry\" upstream=" + name + " error=no_such_name"))
+        << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("{\"address\":\"" + name + "\",\"zone\":\"\",\"source\":\"static\",\"state\":\"unknown\""),
+              std::string::npos)
+        << status;
+    EXPECT_NE(status.find("\"last_error\":\"not resolved: no_such_name: "), std::string::npos) << status;
+    EXPECT_NE(body_of(http_get(k.admin_port, "/readyz?verbose")).find("[-]" + name + " unknown"), std::string::npos);
+    EXPECT_EQ(body_of(http_get(k.admin_port, "/metrics")).find("upstream=\"" + name + "\""), std::string::npos);
+    Result st = run({kprism_bin(), "status", "--health-port", std::to_string(k.admin_port)});
+    EXPECT_NE(st.output.find(name), std::string::npos) << st.output;
+    EXPECT_NE(st.output.find("not resolved: no_such_name"), std::string::npos) << st.output;
+    dns.set_zone(zone({"127.0.0.2"}));
+    ASSERT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name, 4000ms)) << k.output();
+    status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_EQ(status.find("{\"address\":\"" + name + "\""), std::string::npos) << status;
+    EXPECT_NE(status.find("{\"address\":\"" + label("127.0.0.2", up.port()) + "\""), std::string::npos) << status;
+    EXPECT_EQ(status.find("not resolved"), std::string::npos) << status;
+}

@@ -116,6 +116,9 @@ public:
     static constexpr size_t kCloseBurst = 3;
     static constexpr uint64_t kCloseBurstWindowMs = 1000;
     static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
+    // One stand-in per hostname endpoint that has no address now, named as configured, unknown,
+    // its last_error saying why (never in the pool: no checker, no connection), for /status.
+    std::vector<const Upstream*> unresolved_names() const;
     // A handed-over connection's upstream, by name: a live one, or else an address of a configured
     // hostname endpoint that the previous process had ("HOST@ADDRESS:PORT"), added now (and checked)
     // before this process has resolved the name; nullptr: none.
@@ -158,6 +161,7 @@ private:
         bool failed_logged = false;
         bool over_cap_logged = false;
         std::string resolved_logged;  // the addresses of the last "endpoint resolved" line
+        Upstream shown;               // what /status shows while it has no address
         std::string skipped_self;    // addresses skipped as kprism's own listeners, as warned
         std::string skipped_taken;   // addresses that are already another endpoint, as logged
     };
