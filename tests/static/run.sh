@@ -106,7 +106,7 @@ mkdir -p "$root/etc"
 printf '127.0.0.1 localhost\n127.0.0.1 api.hosts.test\n' >"$root/etc/hosts"
 dns_log=$tmp/dns.log
 dns_pid=
-if python3 tests/harness/dns_server.py 127.0.0.1 "$tmp/zone.json" >"$dns_log" 2>&1 &
+if /usr/bin/python3 tests/harness/dns_server.py 127.0.0.1 "$tmp/zone.json" >"$dns_log" 2>&1 &
 then
     dns_pid=$!
 fi

@@ -36,7 +36,7 @@ public:
         if (pid_ == 0) {
             FILE* f = std::freopen(log_.c_str(), "w", stdout);
             (void)f;
-            execlp("python3", "python3", "tests/harness/dns_server.py", address.c_str(), zone_.c_str(), nullptr);
+            execl("/usr/bin/python3", "python3", "tests/harness/dns_server.py", address.c_str(), zone_.c_str(), nullptr);
             _exit(127);
         }
         for (int i = 0; i < 200 && servers_.empty(); ++i) {
