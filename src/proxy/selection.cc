@@ -104,7 +104,7 @@ Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint
     size_t n_up = 0, n_eligible = 0, n_unknown = 0, n_down = 0;
     Upstream* backoff = nullptr;
     const UpstreamSet eligible = eligible_upstreams(pool, now, false);
-    const bool any_up = pool.available_count(now) > 0;
+    const bool any_up = eligible != 0;  // without the tier, some upstream is eligible iff one is up
     for (size_t i = 0; i < pool.size() && i < kMaxUpstreams; ++i) {
         Upstream& u = pool[i];
         if ((tried >> i) & 1 || !u.resolved || u.removed) continue;

@@ -328,7 +328,6 @@ class Chaos:
         self.ev.close(wid)
 
     CHURN_STEP = 0.06
-    CHURN_ADDRS = [f"127.0.0.{i}" for i in range(31, 47)]  # nothing listens there: checks are refused (16: kprism keeps 32 discovered at most)
 
     def churn_phase(self, dur):
         """Membership churn for I4 (kprism(8) Reload, Discovery): for dur seconds, every 60 ms a
@@ -343,7 +342,7 @@ class Chaos:
         self.churn_after = 0
         self.churn_stats = {"reloads": 0, "slice_ops": 0, "slice_errors": 0}
         self.ev.add("churn", "kprism", f"{dur:.0f}s: every {self.CHURN_STEP * 1000:.0f} ms a reload adding or removing "
-                                      f"{wd.C5_ADDR}:{self.w.port}, and slice chaos-churn ({len(self.CHURN_ADDRS)} "
+                                      f"{wd.C5_ADDR}:{self.w.port}, and slice chaos-churn ({len(wd.CHURN_ADDRS)} "
                                       f"unused addresses) posted or deleted")
         self.churn_tick(0, False)
 
@@ -384,7 +383,7 @@ class Chaos:
                 listed = st not in (200, 404)  # 404: an earlier DELETE took effect, its answer was lost
                 self._churn_count(st, 200)
             elif not last:
-                st = self._churn_api("POST", wd.SLICES, self.w.slice_body("chaos-churn", self.CHURN_ADDRS, self.w.port))
+                st = self._churn_api("POST", wd.SLICES, self.w.slice_body("chaos-churn", wd.CHURN_ADDRS, self.w.port))
                 listed = st in (201, 409)  # 409: an earlier POST took effect, its answer was lost
                 self._churn_count(st, 201)
         except OSError:

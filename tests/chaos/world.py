@@ -28,6 +28,8 @@ GO_ADDRS = ["127.0.0.11", "127.0.0.12", "127.0.0.13"]
 C4_FRONT = "127.0.0.14"  # the relay kprism is configured with
 C4_ADDR = "127.0.0.24"  # the C++ stand-in itself (also what discovery adds)
 C5_ADDR = "127.0.0.25"  # a second C++ stand-in, always ready: the endpoint the churn phase adds and removes
+# The churn phase's slice: nothing listens there, so checks are refused (16: kprism keeps 32 discovered at most).
+CHURN_ADDRS = [f"127.0.0.{i}" for i in range(31, 47)]
 SLICES = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
 
 # Quick stand-in timings (as tests/discovery): the lease is rewritten every second and expires

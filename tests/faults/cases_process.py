@@ -30,7 +30,7 @@ CLIENT_EVERY = 0.05
 
 
 class RetryStream:
-    """A new retrying client every 50 ms on its own thread: (start, Result, attempts)."""
+    """A new retrying client every 50 ms on its own thread: (Result, attempts, failed attempts' errors)."""
 
     def __init__(self, ctx, port, max_seconds=60):
         self.out = []
@@ -52,9 +52,10 @@ class RetryStream:
             self.stop_ev.wait(CLIENT_EVERY)
 
     def _one(self, n):
-        r, attempts = request_with_retry(self.ctx, self.port, f"/retry/{n}", timeout=5.0)
+        errors = []
+        r, attempts = request_with_retry(self.ctx, self.port, f"/retry/{n}", timeout=5.0, errors=errors)
         with self.lock:
-            self.out.append((r, attempts))
+            self.out.append((r, attempts, errors))
 
     def stop(self):
         self.stop_ev.set()
@@ -109,18 +110,24 @@ def one_restart(env, rep, variant):
         results = stream.stop()
         up = k.wait_all("up", 10)
 
-        after = [(r, n) for r, n in results if r.start >= t0 - 5.0]  # every client alive across the kill
-        failed = [r for r, _ in after if not r.ok]
-        retried = [n for r, n in after if n > 1]
+        after = [(r, n, e) for r, n, e in results if r.start >= t0 - 5.0]  # every client alive across the kill
+        failed = [r for r, _, _ in after if not r.ok]
+        retried = [n for r, n, _ in after if n > 1]
         refused_attempts = sum(n - 1 for n in retried)
-        worst = max((r.latency for r, _ in after if r.ok and r.start >= t0 - 1), default=None)
+        # A connect refused in the gap is what the held socket prevents; a client whose connection
+        # the dead kprism had already accepted is reset (as the holders are) and retries anyway.
+        refused = [e for _, _, e in after if any("refused" in x.lower() for x in e)]
+        worst = max((r.latency for r, _, _ in after if r.ok and r.start >= t0 - 1), default=None)
         rep.check(not failed, f"{name}: zero failed clients ({len(failed)} of {len(after)} around the restart, "
                               f"each retrying up to 5 s)", "; ".join(sorted({r.error for r in failed}))[:300])
         rep.check(t_serve is not None and t_serve <= SERVE_BOUND,
                   f"{name}: serving again {fmt(t_serve)} s after the SIGKILL (restart after {RESTART_SEC:.1f} s, "
                   f"start took {t_started - t_dead - RESTART_SEC:.2f} s; bound {SERVE_BOUND:.0f} s)")
         if variant == "held-socket":
-            rep.check(not retried, f"{name}: no connect refused or reset in the gap ({len(retried)} clients retried)")
+            rep.check(not refused, f"{name}: no connect refused in the gap ({len(refused)} clients refused; "
+                                   f"{len(retried) - len(refused)} retried after a reset of a connection the "
+                                   f"dead kprism had accepted)",
+                      "; ".join(sorted({x for e in refused for x in e}))[:300])
         else:
             rep.info(f"{name}: {len(retried)} clients had {refused_attempts} refused or reset attempts and retried")
         rep.check(len(closed) == len(holders) and max(closed) <= 1.0,

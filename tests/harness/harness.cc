@@ -340,7 +340,9 @@ int connect_to(int port, bool ipv6) {
     sockaddr_storage ss;
     socklen_t len = loopback(port, ipv6, ss);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+        int err = errno;  // the caller reads why
         ::close(fd);
+        errno = err;
         return -1;
     }
     int one = 1;

@@ -27,6 +27,10 @@ TEST(FdLimit, ShedsVisiblyAndStaysObservable) {
     int shed = 0;
     for (int i = 0; i < 60; ++i) {
         int fd = connect_to(port);
+        if (fd < 0 && errno == ECONNRESET) {  // shed before connect() returned: kprism accepted and reset
+            ++shed;                              // it while this client was still waiting to be scheduled
+            continue;
+        }
         ASSERT_GE(fd, 0) << "client " << i << ": " << std::strerror(errno) << "; " << k.output();
         char b[4];
         if (send_all(fd, "ping", 4) && recv_exact(fd, b, 4, 3000ms) == 4 && memcmp(b, "ping", 4) == 0) {

@@ -18,10 +18,13 @@ cover what kprism.toml's max_connections allows: BASE_KIB + max_connections x PE
 """
 import argparse
 import os
-import re
 import sys
 
 import yaml
+
+# The memory quantity parser the Talos patches' checks use too (talos-extension/validate.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "talos-extension"))
+from validate import kib  # noqa: E402
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 results = []
@@ -50,16 +53,6 @@ def get(d, *keys):
             return None
         d = d.get(k)
     return d
-
-
-def kib(quantity):
-    """A Kubernetes memory quantity (64Mi, 128M, 1Gi, 134217728, 1e9) in KiB, or None."""
-    m = re.fullmatch(r"([0-9.]+(?:e[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(quantity))
-    if not m:
-        return None
-    mult = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}[m.group(2)]
-    return float(m.group(1)) * mult / 1024
 
 
 def main(argv):

@@ -41,7 +41,8 @@ UpstreamSet eligible_upstreams(const UpstreamPool& pool, uint64_t now, bool late
 //     node's zone while any up upstream is there);
 //  2. else, if `fallback` (fail-open), an untried one that is not up: unknown before down, then
 //     out of passive backoff before in it (earliest retry first) - a client fails only when every
-//     upstream has failed it;
+//     upstream has failed it. Only one that has passed a check since kprism started, but for a
+//     configured one while no upstream is up (failing open, bootstrap);
 //  3. else nullptr.
 Upstream* pick_upstream(UpstreamPool& pool, Policy& policy, TriedSet tried, uint64_t now, bool fallback = true);
 

@@ -240,15 +240,17 @@ def open_holders(ctx, port, total, want=None, max_attempts=80):
     return hs
 
 
-def request_with_retry(ctx, port, path, timeout=5.0, pause=0.05):
+def request_with_retry(ctx, port, path, timeout=5.0, pause=0.05, errors=None):
     """Like a client library that retries a refused or reset connect until its deadline.
-    Returns (Result, attempts)."""
+    Returns (Result, attempts); `errors`, a list, gets each failed attempt's error."""
     start = time.monotonic()
     attempts = 0
     while True:
         attempts += 1
         left = start + timeout - time.monotonic()
         r = request_once(ctx, port, path, max(0.05, left))
+        if not r.ok and errors is not None:
+            errors.append(r.error or "")
         if r.ok or time.monotonic() + pause >= start + timeout:
             r.start = start
             return r, attempts
