@@ -14,7 +14,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.
 # the Talos extension manifest carries (VERSION above may be a commit hash between releases).
 RELEASE := $(shell sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 
-PKGS := libuv fmt openssl libcares
+PKGS := libuv fmt openssl
+# c-ares (src/base/resolver.cc resolves hostname endpoints with it): its compile and link flags are
+# named here and nowhere else. CARES_PKG is the pkg-config module; a cross build (arm64) points
+# pkg-config at the target's libcares (libc-ares-dev:arm64) or overrides CARES_LIBS/CARES_CFLAGS.
+## CARES_PKG=libcares: the pkg-config module of c-ares; CARES_LIBS and CARES_CFLAGS hold its flags
+CARES_PKG ?= libcares
+CARES_CFLAGS = $(shell pkg-config --cflags $(CARES_PKG))
+CARES_LIBS = $(shell pkg-config --libs $(if $(filter 1,$(STATIC)),--static) $(CARES_PKG))
 # WITH_SYSTEMD=0 drops libsystemd (static builds); src/base/sd_notify.cc then speaks the sd_notify and
 # socket-activation protocol itself, with the same behaviour.
 ## WITH_SYSTEMD=1: 0 builds without libsystemd, speaking the same protocol itself
@@ -31,7 +38,7 @@ SAN ?=
 OPT ?= -O2
 
 CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
-	-Iinclude $(shell pkg-config --cflags $(PKGS))
+	-Iinclude $(shell pkg-config --cflags $(PKGS)) $(CARES_CFLAGS)
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
 endif
@@ -76,7 +83,7 @@ endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
 ifeq ($(STATIC),1)
-LDLIBS = $(shell pkg-config --libs --static libuv-static openssl libcares)
+LDLIBS = $(shell pkg-config --libs --static libuv-static openssl) $(CARES_LIBS)
 else
-LDLIBS = $(shell pkg-config --libs $(PKGS))
+LDLIBS = $(shell pkg-config --libs $(PKGS)) $(CARES_LIBS)
 endif
