@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -157,6 +158,7 @@ TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
         << k.output();
     int err = -1;
     recv_until_eof(on_a, &err, 3000ms);  // closed by the drain
+    EXPECT_NE(err, ETIMEDOUT) << "the lost address's connection was not closed by its drain";
     ::close(on_a);
     std::string status = body_of(http_get(k.admin_port, "/status"));
     EXPECT_EQ(status.find("\"address\":\"" + la + "\""), std::string::npos) << status;
@@ -169,8 +171,8 @@ TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
     EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, lb) >= 6; }));
 }
 
-// A name whose every address is replaced at once: the old one stays until a new one is up, so
-// kprism never has nothing to send to.
+// A name whose every address is replaced at once: the old one stays, and its connections with
+// it, until a new one is up, so kprism never has nothing to send to (discovery's removal rule).
 TEST(Hostname, ReplacedAddressesLeaveOnceANewOneIsUp) {
     Pki pki;
     DnsServer dns;
@@ -181,16 +183,34 @@ TEST(Hostname, ReplacedAddressesLeaveOnceANewOneIsUp) {
              Spawn{{dns.dns_env()}, {}});
     const std::string la = label("127.0.0.2", port), lb = label("127.0.0.3", port);
     ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + la)) << k.output();
+    int on_a = connect_to(k.port);
+    ASSERT_GE(on_a, 0);
+    ASSERT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 1; }));
     dns.set_zone(zone({"127.0.0.3"}));  // nothing listens there yet
     EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; removal waits until an upstream that "
                               "stays is up\" upstream=" + la))
         << k.output();
+    // Waiting: still listed, still taking connections, the one it has kept open. Two more
+    // resolutions (resolve_interval 1s) give it two chances to be dropped wrongly.
+    const size_t asked = dns.queries(kName, "udp");
+    EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked + 4; })) << dns.output();  // A and AAAA, twice
     std::string status = body_of(http_get(k.admin_port, "/status"));
     EXPECT_NE(status.find("\"address\":\"" + la + "\""), std::string::npos) << status;
+    EXPECT_TRUE(still_open(on_a));
+    EXPECT_EQ(k.count_output("its connections drain"), 0u) << k.output();
+    int fd = connect_to(k.port);
+    EXPECT_GE(fd, 0);
+    EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 2; }))
+        << body_of(http_get(k.admin_port, "/metrics"));
+    if (fd >= 0) ::close(fd);
     Apiserver b(pki, "b", false, "127.0.0.3", port);
     EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + lb, 8000ms)) << k.output();
     EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; its connections drain\" upstream=" + la))
         << k.output();
+    int err = -1;
+    recv_until_eof(on_a, &err, 3000ms);  // closed by the drain (drain_timeout 400ms)
+    EXPECT_NE(err, ETIMEDOUT) << "the lost address's connection was not closed by its drain";
+    ::close(on_a);
 }
 
 // The many-address and timeout answers through the daemon: the cap, in address order, with one
