@@ -15,6 +15,13 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.
 RELEASE := $(shell sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 
 PKGS := libuv fmt openssl
+# c-ares (src/base/resolver.cc resolves hostname endpoints with it): its compile and link flags are
+# named here and nowhere else. CARES_PKG is the pkg-config module; a cross build (arm64) points
+# pkg-config at the target's libcares (libc-ares-dev:arm64) or overrides CARES_LIBS/CARES_CFLAGS.
+## CARES_PKG=libcares: the pkg-config module of c-ares; CARES_LIBS and CARES_CFLAGS hold its flags
+CARES_PKG ?= libcares
+CARES_CFLAGS = $(shell pkg-config --cflags $(CARES_PKG))
+CARES_LIBS = $(shell pkg-config --libs $(if $(filter 1,$(STATIC)),--static) $(CARES_PKG))
 # WITH_SYSTEMD=0 drops libsystemd (static builds); src/base/sd_notify.cc then speaks the sd_notify and
 # socket-activation protocol itself, with the same behaviour.
 ## WITH_SYSTEMD=1: 0 builds without libsystemd, speaking the same protocol itself
@@ -31,7 +38,7 @@ SAN ?=
 OPT ?= -O2
 
 CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
-	-Iinclude $(shell pkg-config --cflags $(PKGS))
+	-Iinclude $(shell pkg-config --cflags $(PKGS)) $(CARES_CFLAGS)
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
 endif
@@ -65,18 +72,18 @@ endif
 # glibc relocates it itself at start, so it gets ASLR and RELRO without a loader; without
 # -static-libstdc++, which g++ 12 wraps in -Bstatic/-Bdynamic so that libc ends up linked
 # dynamically into a binary that crashes at once - -static-pie links libstdc++ statically anyway).
-# KPRISM_STATIC=1 makes configuration validation reject hostname endpoints (a static glibc cannot
-# load NSS modules to resolve them).
+# Hostnames are resolved by c-ares (libcares.a here), which reads /etc/hosts and /etc/resolv.conf
+# itself: no glibc NSS module is needed, so the static binary resolves them like the dynamic one.
 ## STATIC=0: 1 links everything statically (`make static` uses it, in build/static)
 STATIC ?= 0
 ifeq ($(STATIC),1)
-CXXFLAGS_BASE += -DFMT_HEADER_ONLY -DKPRISM_STATIC=1
+CXXFLAGS_BASE += -DFMT_HEADER_ONLY
 LDFLAGS += $(if $(filter 1,$(HARDEN)),-static-pie,-static -static-libstdc++) -static-libgcc -s
 endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
 ifeq ($(STATIC),1)
-LDLIBS = $(shell pkg-config --libs --static libuv-static openssl)
+LDLIBS = $(shell pkg-config --libs --static libuv-static openssl) $(CARES_LIBS)
 else
-LDLIBS = $(shell pkg-config --libs $(PKGS))
+LDLIBS = $(shell pkg-config --libs $(PKGS)) $(CARES_LIBS)
 endif

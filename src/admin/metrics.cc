@@ -41,6 +41,7 @@ StateView take_state_view(Server& srv) {
     UpstreamPool& ups = srv.control().upstreams();
     for (size_t i = 0; i < ups.size(); ++i)
         if (!ups[i].removed) s.upstreams.push_back(&ups[i]);
+    s.unresolved = srv.control().unresolved_names();
     if (const DiscoveryStatus* d = srv.control().discovery()) s.discovery = *d;
     s.snapshot = srv.control().snapshot();
     return s;

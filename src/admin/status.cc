@@ -75,7 +75,9 @@ std::string render_status_json(const StateView& s) {
         {"remaining_seconds", or_null(loaded, s.client_cert_not_after - s.now_unix)},
     };
     Json ups = Json::array();
-    for (const Upstream* u : s.upstreams) {
+    std::vector<const Upstream*> rows = s.upstreams;
+    rows.insert(rows.end(), s.unresolved.begin(), s.unresolved.end());
+    for (const Upstream* u : rows) {
         Json entry = {
             {"address", u->name},
             {"zone", u->zone},
@@ -127,7 +129,9 @@ bool state_ready(const StateView& s) { return !s.draining && s.up_count() > 0; }
 std::string render_readyz(const StateView& s, bool verbose) {
     std::string out;
     if (verbose) {
-        for (const Upstream* u : s.upstreams) {
+        std::vector<const Upstream*> rows = s.upstreams;
+        rows.insert(rows.end(), s.unresolved.begin(), s.unresolved.end());
+        for (const Upstream* u : rows) {
             if (u->health == Health::up) {
                 out += fmt::format("[+]{} up\n", u->name);
                 continue;

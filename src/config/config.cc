@@ -20,9 +20,6 @@
 
 namespace kprism {
 
-#ifndef KPRISM_STATIC
-#define KPRISM_STATIC 0  // 1 in `make static` builds: hostname endpoints are rejected
-#endif
 
 using S = Settings;
 constexpr int64_t kSec = 1000;
@@ -462,16 +459,6 @@ void validate(Config& c, std::vector<std::string>& errors) {
             fail("endpoints", err);
             continue;
         }
-#if KPRISM_STATIC
-        // A static glibc binary cannot load the NSS modules getaddrinfo needs: refuse names here
-        // rather than fail to resolve them at run time (IP literals never reach the resolver).
-        if (!ep.addr.is_ip) {
-            fail("endpoints", fmt::format("'{}' is a hostname; this static build cannot resolve names - use IP "
-                                          "addresses (or the dynamic build)",
-                                          e));
-            continue;
-        }
-#endif
         ep.origin = where("endpoints");
         if (auto m = s.endpoint_meta.find(e); m != s.endpoint_meta.end()) {
             ep.zone = m->second.zone;

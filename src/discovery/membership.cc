@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Membership from discovery: admitting discovered endpoints (checked before use), draining those
-// that left (never the configured floor, never leaving nothing up), the snapshot read at start
-// and written after each change.
+// that left (never the configured floor, never leaving nothing up; the addresses a hostname
+// endpoint lost too), the snapshot read at start and written after each change.
 #include "kprism/discovery/membership.h"
 
 #include <fmt/format.h>
@@ -241,16 +241,33 @@ void Membership::settle_departures() {
         for (size_t i = 0; i < ups.size() && !u; ++i)
             if (!ups[i].removed && canonical(ups[i]) == key) u = &ups[i];
         if (!u) continue;
+        const bool named = !u->of_name.empty();  // an address its hostname endpoint lost (depart())
         if (staying_up) {
-            cp_.remove_upstream(*u, "discovery: endpoint left the slices; its connections drain", drain);
+            cp_.remove_upstream(*u,
+                                named ? "endpoint address no longer resolved; its connections drain"
+                                      : "discovery: endpoint left the slices; its connections drain",
+                                drain);
         } else {
             if (!u->removal_waits)
-                log::warn("discovery: removal waits until an upstream that stays is up", {{"upstream", u->name}});
+                log::warn(named ? "endpoint address no longer resolved; removal waits until an upstream that stays is up"
+                                : "discovery: removal waits until an upstream that stays is up",
+                          {{"upstream", u->name}});
             u->removal_waits = true;
             waiting.push_back(key);
         }
     }
     departing_ = std::move(waiting);
+}
+
+void Membership::depart(const Upstream& u) {
+    const std::string key = canonical(u);
+    if (std::find(departing_.begin(), departing_.end(), key) == departing_.end()) departing_.push_back(key);
+    settle_departures();
+}
+
+void Membership::keep(Upstream& u) {
+    departing_.erase(std::remove(departing_.begin(), departing_.end(), canonical(u)), departing_.end());
+    u.removal_waits = false;
 }
 
 // The members of the API's set that passed a check (in this process, or recorded so by the

@@ -250,10 +250,9 @@ void Handoff::resume_handover() {
     };
     for (const handover::Entry& e : entries) {
         int cf = take(e.client_local, e.client_peer), uf = take(e.upstream_local, e.upstream_peer);
-        Upstream* up = nullptr;
-        UpstreamPool& pool = srv_.control().upstreams();
-        for (size_t i = 0; i < pool.size() && !up; ++i)
-            if (!pool[i].removed && pool[i].name == e.upstream) up = &pool[i];
+        // An address of a hostname endpoint is not known before the name is resolved again: it
+        // is added from the record (ControlPlane::upstream_for_handover).
+        Upstream* up = srv_.control().upstream_for_handover(e.upstream);
         if (cf < 0 || uf < 0 || !up) {
             ++unmatched;
             if (cf >= 0) ::close(cf);

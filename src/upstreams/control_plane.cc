@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// Health bookkeeping: checkers and their results, passive failures, hostname resolution, up/down
-// changes, closes on down, no-ready episodes, the credentials condition's consequences, and
-// applying a reloaded endpoint list.
+// Health bookkeeping: checkers and their results, passive failures, hostname endpoints (every
+// address an upstream, added and removed as the name's answer changes), up/down changes, closes on
+// down, no-ready episodes, the credentials condition's consequences, and applying a reloaded
+// endpoint list.
 #include "kprism/upstreams/control_plane.h"
 
 #include <fmt/format.h>
 #include <malloc.h>
 
+#include <strings.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <type_traits>
@@ -19,17 +23,25 @@
 #include "kprism/base/random.h"
 #include "kprism/daemon/server.h"
 
-#ifndef KPRISM_STATIC
-#define KPRISM_STATIC 0  // 1 in `make static` builds (see Makefile)
-#endif
-
 namespace kprism {
+
+namespace {
+
+// Hostnames compare without regard to case (validation refuses two that differ only so).
+bool same_name(const HostPort& a, const HostPort& b) {
+    return a.port == b.port && strcasecmp(a.host.c_str(), b.host.c_str()) == 0;
+}
+
+}  // namespace
 
 ControlPlane::ControlPlane(Server& srv, Stats& stats)
     : srv_(srv), stats_(stats), membership_(std::make_unique<Membership>(*this)) {
     const Config& cfg = srv.config();
     tls_ = std::make_unique<TlsClientContext>(cfg.s.client_cert, cfg.s.client_key, cfg.s.ca_file);
-    for (const auto& e : cfg.endpoints) ups_.add(e.addr, e.zone, e.server_name);
+    for (const auto& e : cfg.endpoints) {
+        if (e.addr.is_ip) ups_.add(e.addr, e.zone, e.server_name);
+        else add_name(e);
+    }
     ups_.node_zone = cfg.s.zone;
     ups_.rise_fall.rise = static_cast<uint32_t>(cfg.s.health_rise);
     ups_.rise_fall.fall = static_cast<uint32_t>(cfg.s.health_fall);
@@ -52,10 +64,16 @@ void ControlPlane::start() {
     uv_timer_init(loop(), &trim_timer_);
     trim_timer_.data = this;
     started_ = true;
-    for (size_t i = 0; i < ups_.size(); ++i) {
-        if (!ups_[i].addr.is_ip) resolve(ups_[i]);
-        else refuse_if_own(ups_[i]);
+    Resolver::Options ro;
+    ro.timeout_ms = kResolveTimeoutMs;
+    ro.max_addresses = kMaxNameAddresses;
+    if (const char* servers = std::getenv(kTestDnsServersEnv); servers && *servers) {
+        ro.servers = servers;
+        log::warn("test DNS servers in use instead of those of /etc/resolv.conf", {{"servers", ro.servers}});
     }
+    resolver_ = std::make_unique<Resolver>(loop(), ro);
+    for (auto& n : names_) resolve(*n);
+    for (size_t i = 0; i < ups_.size(); ++i) refuse_if_own(ups_[i]);
     arm_resolve_timer(config());
     // First probes spread over up to a second (kprism restarts on many nodes at once after a
     // rollout); after that every checker drifts on its own jittered period.
@@ -70,8 +88,7 @@ void ControlPlane::close() {
     membership_->close();
     for (auto& c : checkers_)
         if (c) c->close();
-    for (size_t i = 0; i < ups_.size(); ++i)
-        if (ups_[i].resolving) uv_cancel(reinterpret_cast<uv_req_t*>(&ups_[i].resolve_req));
+    if (resolver_) resolver_->close();
     if (started_) {
         uv_close(reinterpret_cast<uv_handle_t*>(&resolve_timer_), nullptr);
         uv_close(reinterpret_cast<uv_handle_t*>(&hold_timer_), nullptr);
@@ -121,6 +138,9 @@ bool ControlPlane::all_judged() const {
     if (creds_.rejected()) return true;
     for (size_t i = 0; i < ups_.size(); ++i)
         if (!ups_[i].removed && ups_[i].health == Health::unknown) return false;
+    // A name without an address is an endpoint that has no verdict either.
+    for (const auto& n : names_)
+        if (!has_address(*n)) return false;
     return true;
 }
 
@@ -131,6 +151,7 @@ bool ControlPlane::fallback_allowed() const {
 std::string ControlPlane::summary() const {
     size_t live = 0;
     for (size_t i = 0; i < ups_.size(); ++i) live += !ups_[i].removed;
+    for (const auto& n : names_) live += !has_address(*n);
     size_t up = ups_.up_count();
     std::string s = fmt::format("{}/{} upstreams ready", up, live);
     if (up == 0) s += fallback_allowed() ? " (fail-open)" : " (fail-closed)";
@@ -446,13 +467,21 @@ void ControlPlane::reconfigure(const Config& next, std::string& summary) {
     ups_.rise_fall.fall = static_cast<uint32_t>(next.s.health_fall);
 }
 
-// Endpoints kept stay as they are (state, connections); new ones are checked at once; removed
-// ones take no new connections and their connections drain for up to drain_timeout.
+// Endpoints kept stay as they are (state, connections); new ones are checked at once (a new
+// hostname is resolved at once, each address checked); removed ones take no new connections and
+// their connections drain for up to drain_timeout, those of a removed hostname's addresses too.
 void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summary) {
     std::vector<bool> keep(ups_.size(), false);
     for (const auto& e : next.endpoints) {
+        if (!e.addr.is_ip) continue;
         if (Upstream* u = ups_.find(e.addr)) {
             keep[u->index] = true;
+            if (!u->of_name.empty()) {  // an address of a name, now an endpoint of its own
+                u->of_name.clear();
+                u->hostname.clear();
+                u->name = u->addr.str();
+                membership_->keep(*u);
+            }
             u->zone = e.zone;
             u->server_name = e.server_name;
             u->source = Source::configured;
@@ -461,7 +490,7 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
     auto drain = static_cast<uint64_t>(next.s.drain_timeout.count());
     for (size_t i = 0; i < keep.size(); ++i) {
         Upstream& u = ups_[i];
-        if (keep[i] || u.removed) continue;
+        if (keep[i] || u.removed || !u.of_name.empty()) continue;  // a name's addresses: below
         if (membership_->in_discovered(u)) {  // no longer configured, still in the slices
             if (u.source == Source::configured) u.source = Source::discovered;
             continue;
@@ -470,7 +499,35 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         summary += " endpoint_removed=" + u.name;
         remove_upstream(u, "endpoint removed; its connections drain", drain);
     }
+    for (auto it = names_.begin(); it != names_.end();) {
+        NamedEndpoint& n = **it;
+        const auto kept = std::find_if(next.endpoints.begin(), next.endpoints.end(),
+                                       [&](const Endpoint& e) { return !e.addr.is_ip && same_name(e.addr, n.addr); });
+        if (kept != next.endpoints.end()) {
+            n.zone = kept->zone;
+            n.server_name = kept->server_name;
+            for (Upstream* u : addresses_of(n)) {
+                u->zone = n.zone;
+                u->server_name = n.server_name;
+            }
+            ++it;
+            continue;
+        }
+        summary += " endpoint_removed=" + n.name;
+        if (n.query != 0 && resolver_) resolver_->cancel(n.query);  // its callback never comes
+        for (Upstream* u : addresses_of(n)) leave_name(*u, false, "endpoint removed; its connections drain", drain);
+        it = names_.erase(it);
+    }
     for (const auto& e : next.endpoints) {
+        if (!e.addr.is_ip) {
+            if (std::any_of(names_.begin(), names_.end(), [&](const auto& n) { return same_name(n->addr, e.addr); }))
+                continue;
+            add_name(e);
+            summary += " endpoint_added=" + names_.back()->name;
+            log::info("endpoint added", {{"upstream", names_.back()->name}});
+            resolve(*names_.back());
+            continue;
+        }
         if (ups_.find(e.addr)) continue;
         Upstream* u = ups_.add(e.addr, e.zone, e.server_name);
         if (!u) {  // validation caps endpoints at kMaxUpstreams, but removed ones may still hold slots
@@ -479,8 +536,7 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         }
         summary += " endpoint_added=" + u->name;
         log::info("endpoint added", {{"upstream", u->name}});
-        if (!u->addr.is_ip) resolve(*u);
-        else refuse_if_own(*u);
+        refuse_if_own(*u);
         start_checker(*u, random_below(200));
     }
     arm_resolve_timer(next);
@@ -509,9 +565,7 @@ void ControlPlane::refuse_if_own(Upstream& u) {
 // Re-resolution runs only while some endpoint is a hostname, every resolve_interval.
 void ControlPlane::arm_resolve_timer(const Config& cfg) {
     if (!started_ || closed_) return;  // the timer exists only between start() and close()
-    bool any_hostname = false;
-    for (size_t i = 0; i < ups_.size(); ++i) any_hostname = any_hostname || (!ups_[i].removed && !ups_[i].addr.is_ip);
-    if (!any_hostname) {
+    if (names_.empty()) {
         uv_timer_stop(&resolve_timer_);
         return;
     }
@@ -523,86 +577,196 @@ void ControlPlane::arm_resolve_timer(const Config& cfg) {
 
 void ControlPlane::on_resolve_timer(uv_timer_t* t) {
     auto* self = static_cast<ControlPlane*>(t->data);
-    for (size_t i = 0; i < self->ups_.size(); ++i)
-        if (!self->ups_[i].addr.is_ip && !self->ups_[i].removed) self->resolve(self->ups_[i]);
+    for (auto& n : self->names_) self->resolve(*n);
 }
 
-void ControlPlane::resolve(Upstream& u) {
-#if KPRISM_STATIC
-    // Static build: validation rejects hostname endpoints, so this is never reached, and
-    // uv_getaddrinfo (glibc getaddrinfo, which needs NSS modules) is not linked in at all.
-    log::error("cannot resolve endpoint: this static build cannot resolve names", {{"upstream", u.name}});
-}
-#else
-    if (u.resolving) return;
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    u.resolve_req.data = this;
-    if (int r = uv_getaddrinfo(loop(), &u.resolve_req, on_resolved, u.addr.host.c_str(), nullptr, &hints); r != 0) {
-        log::warn("cannot resolve endpoint", {{"upstream", u.name}, {"error", uv_strerror(r)}});
-        return;
-    }
-    u.resolving = true;
+void ControlPlane::add_name(const Endpoint& e) {
+    auto n = std::make_unique<NamedEndpoint>();
+    n->addr = e.addr;
+    n->name = e.addr.str();
+    n->zone = e.zone;
+    n->server_name = e.server_name;
+    n->shown.addr = e.addr;
+    n->shown.name = n->name;
+    n->shown.zone = e.zone;
+    n->shown.last_error = "not resolved yet";
+    names_.push_back(std::move(n));
 }
 
-void ControlPlane::on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res) {
-    auto* self = static_cast<ControlPlane*>(req->data);
-    Upstream* u = nullptr;
-    for (size_t i = 0; i < self->ups_.size(); ++i)
-        if (&self->ups_[i].resolve_req == req) u = &self->ups_[i];
-    u->resolving = false;
-    if (status == UV_ECANCELED || self->closed_) {
-        uv_freeaddrinfo(res);
+std::vector<Upstream*> ControlPlane::addresses_of(const NamedEndpoint& n) {
+    std::vector<Upstream*> out;
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].removed && ups_[i].of_name == n.name) out.push_back(&ups_[i]);
+    return out;
+}
+
+std::vector<const Upstream*> ControlPlane::unresolved_names() const {
+    std::vector<const Upstream*> out;
+    for (const auto& n : names_)
+        if (!has_address(*n)) out.push_back(&n->shown);
+    return out;
+}
+
+bool ControlPlane::has_address(const NamedEndpoint& n) const {
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].removed && ups_[i].of_name == n.name) return true;
+    return false;
+}
+
+Upstream* ControlPlane::find_address(const sockaddr_storage& ss) {
+    const std::string key = sockaddr_str(ss);
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].removed && ups_[i].addr.is_ip && sockaddr_str(ups_[i].sa) == key) return &ups_[i];
+    return nullptr;
+}
+
+void ControlPlane::resolve(NamedEndpoint& n) {
+    if (n.query != 0 || !resolver_ || closed_) return;  // one resolution at a time per name
+    std::string error;
+    NamedEndpoint* np = &n;  // names_ holds it by pointer; a removed name's resolution is cancelled first
+    n.query = resolver_->resolve(n.addr.host, [this, np](const ResolveResult& r) { on_resolved(*np, r); }, error);
+    if (n.query == 0 && !n.failed_logged) {
+        log::warn("cannot resolve endpoint; will retry",
+                  {{"upstream", n.name}, {"error", error}, {"retry_in", format_duration(config().s.resolve_interval)}});
+        n.failed_logged = true;
+    }
+}
+
+void ControlPlane::leave_name(Upstream& u, bool wait, const char* msg, uint64_t drain_ms) {
+    if (membership_->in_discovered(u)) {  // the slices still list it: discovery's again
+        u.source = Source::discovered;
+        u.of_name.clear();
+        u.hostname.clear();
+        u.name = u.addr.str();
+        u.zone.clear();
+        u.server_name = config().s.server_name;
+        log::info("endpoint address no longer resolved; still discovered, so it stays", {{"upstream", u.name}});
         return;
     }
-    if (status != 0 || !res) {
-        // DNS may come up after kprism: warn once, keep the other upstreams, retry on the timer.
-        if (!u->resolve_failed_logged)
+    if (wait) membership_->depart(u);  // drains once an upstream that stays is up, like a departure
+    else remove_upstream(u, msg, drain_ms);
+}
+
+// The answer for a name: new addresses are added and checked before use, those gone leave like
+// discovered ones that left the slices. No answer, or none with an address, changes nothing: DNS
+// may come up after kprism, or fail for a while, and the addresses there are stay.
+void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
+    n.query = 0;
+    n.answered = true;
+    if (closed_) return;
+    if (r.error != ResolveError::none) {
+        n.shown.last_error = fmt::format("not resolved: {}: {}", resolve_error_name(r.error), r.detail);
+        if (!n.failed_logged)
             log::warn("cannot resolve endpoint; will retry",
-                      {{"upstream", u->name}, {"error", uv_strerror(status)},
-                       {"retry_in", format_duration(self->config().s.resolve_interval)}});
-        u->resolve_failed_logged = true;
-        uv_freeaddrinfo(res);
+                      {{"upstream", n.name}, {"error", resolve_error_name(r.error)}, {"detail", r.detail},
+                       {"addresses_kept", static_cast<uint64_t>(addresses_of(n).size())},
+                       {"retry_in", format_duration(config().s.resolve_interval)}});
+        n.failed_logged = true;
         return;
     }
-    // The first address that is not one of kprism's own listeners: a name that resolves to
-    // kprism itself would nest each client connection into kprism.
-    const OwnListeners& own = self->own_listeners();
-    sockaddr_storage ss{};
-    bool found = false;
-    std::string skipped;
-    for (addrinfo* ai = res; ai && !found; ai = ai->ai_next) {
-        if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6) continue;
-        sockaddr_storage cand{};
-        std::memcpy(&cand, ai->ai_addr, ai->ai_addrlen);
-        reinterpret_cast<sockaddr_in*>(&cand)->sin_port = htons(u->addr.port);  // same offset for v6
-        if (own.contains(as_sockaddr(cand))) {
-            skipped += (skipped.empty() ? "" : ",") + sockaddr_str(cand);
+    n.failed_logged = false;
+    n.shown.last_error = "resolves only to other endpoints' addresses or kprism's own";
+    if (r.total > r.addresses.size()) {
+        if (!n.over_cap_logged)
+            log::warn("endpoint resolves to more addresses than the limit; keeping the first in address order",
+                      {{"upstream", n.name}, {"addresses", static_cast<uint64_t>(r.total)},
+                       {"limit", static_cast<uint64_t>(kMaxNameAddresses)}});
+        n.over_cap_logged = true;
+    } else {
+        n.over_cap_logged = false;
+    }
+    // Never one of kprism's own listeners: a name that resolves to kprism itself would nest each
+    // client connection into kprism.
+    const OwnListeners& own = own_listeners();
+    std::vector<sockaddr_storage> want;
+    std::string self, all;
+    for (sockaddr_storage ss : r.addresses) {
+        reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(n.addr.port);  // same offset for v6
+        if (own.contains(as_sockaddr(ss))) {
+            self += (self.empty() ? "" : ",") + sockaddr_str(ss);
             continue;
         }
-        ss = cand;
-        found = true;
+        all += (all.empty() ? "" : ",") + sockaddr_str(ss);
+        want.push_back(ss);
     }
-    if (skipped != u->resolved_to_self) {
-        if (!skipped.empty())
+    if (self != n.skipped_self) {
+        if (!self.empty())
             log::warn("endpoint resolves to an address kprism listens on; skipping that address",
-                      {{"upstream", u->name}, {"address", skipped}});
-        u->resolved_to_self = skipped;
+                      {{"upstream", n.name}, {"address", self}});
+        n.skipped_self = self;
     }
-    if (!found) {
-        u->resolved = false;
-        uv_freeaddrinfo(res);
-        return;
+    if (all != n.resolved_logged) {
+        log::info("endpoint resolved", {{"upstream", n.name}, {"addresses", all.empty() ? "none" : all}});
+        n.resolved_logged = all;
     }
-    std::string now = sockaddr_str(ss);
-    if (!u->resolved || sockaddr_str(u->sa) != now)
-        log::info("endpoint resolved", {{"upstream", u->name}, {"address", now}});
-    u->sa = ss;
-    u->resolved = true;
-    u->resolve_failed_logged = false;
-    uv_freeaddrinfo(res);
+    bool changed = false;
+    std::string taken;
+    for (const sockaddr_storage& ss : want) {
+        Upstream* u = find_address(ss);
+        if (u && u->of_name == n.name) {  // still there: stays, also if it was about to leave
+            membership_->keep(*u);
+            continue;
+        }
+        if (u && u->source != Source::configured) {  // discovered (or from the snapshot): now this name's
+            u->source = Source::configured;
+            u->of_name = n.name;
+            u->hostname = n.addr.host;
+            u->name = name_address_label(n.addr.host, u->sa);
+            u->zone = n.zone;
+            u->server_name = n.server_name;
+            membership_->keep(*u);
+            log::info("endpoint address added: it was discovered, now it is configured", {{"upstream", u->name}});
+            changed = true;
+            continue;
+        }
+        if (u) {  // a configured IP endpoint, or another name's: one upstream per address
+            taken += (taken.empty() ? "" : ",") + u->name;
+            continue;
+        }
+        u = ups_.add_name_address(n.addr, ss, n.zone, n.server_name);
+        if (!u) {
+            log::error("endpoint address not added: every slot is held",
+                       {{"upstream", name_address_label(n.addr.host, ss)}});
+            continue;
+        }
+        log::info("endpoint address added; checked before use", {{"upstream", u->name}});
+        start_checker(*u, random_below(200));
+        changed = true;
+    }
+    if (taken != n.skipped_taken) {
+        if (!taken.empty())
+            log::info("endpoint resolves to an address that is another endpoint's; it stays that one",
+                      {{"upstream", n.name}, {"address", taken}});
+        n.skipped_taken = taken;
+    }
+    for (Upstream* u : addresses_of(n)) {
+        const std::string key = sockaddr_str(u->sa);
+        if (std::none_of(want.begin(), want.end(), [&](const sockaddr_storage& ss) { return sockaddr_str(ss) == key; })) {
+            leave_name(*u, true, nullptr, 0);
+            changed = true;
+        }
+    }
+    if (changed) srv_.health_changed();
 }
-#endif  // KPRISM_STATIC
+
+Upstream* ControlPlane::upstream_for_handover(const std::string& name) {
+    for (size_t i = 0; i < ups_.size(); ++i)
+        if (!ups_[i].removed && ups_[i].name == name) return &ups_[i];
+    std::string host;
+    HostPort ip;
+    sockaddr_storage ss{};
+    if (!parse_name_address_label(name, host, ip) || !ip_to_sockaddr(ip.host, ip.port, ss)) return nullptr;
+    for (auto& n : names_) {
+        if (n->addr.port != ip.port || strcasecmp(n->addr.host.c_str(), host.c_str()) != 0) continue;
+        if (find_address(ss) || own_listeners().contains(as_sockaddr(ss))) return nullptr;
+        Upstream* u = ups_.add_name_address(n->addr, ss, n->zone, n->server_name);
+        if (!u) return nullptr;
+        log::info("endpoint address added from the handover; checked, and kept while the name resolves to it",
+                  {{"upstream", u->name}});
+        start_checker(*u, random_below(200));
+        return u;
+    }
+    return nullptr;
+}
 
 }  // namespace kprism

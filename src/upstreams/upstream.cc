@@ -87,7 +87,7 @@ Upstream* UpstreamPool::add(const HostPort& addr, std::string zone, std::string 
     auto u = std::make_unique<Upstream>();
     size_t slot = ups_.size();
     for (size_t i = 0; i < ups_.size(); ++i)
-        if (ups_[i]->removed && ups_[i]->active == 0 && !ups_[i]->resolving) {
+        if (ups_[i]->removed && ups_[i]->active == 0) {
             slot = i;
             break;
         }
@@ -105,6 +105,30 @@ Upstream* UpstreamPool::add(const HostPort& addr, std::string zone, std::string 
     if (slot == ups_.size()) ups_.push_back(std::move(u));
     else ups_[slot] = std::move(u);
     return raw;
+}
+
+std::string name_address_label(const std::string& hostname, const sockaddr_storage& address) {
+    return hostname + "@" + sockaddr_str(address);
+}
+
+bool parse_name_address_label(std::string_view label, std::string& hostname, HostPort& address) {
+    const size_t at = label.find('@');
+    if (at == std::string_view::npos || at == 0) return false;
+    if (!parse_host_port(label.substr(at + 1), address, nullptr) || !address.is_ip) return false;
+    hostname = std::string(label.substr(0, at));
+    return true;
+}
+
+Upstream* UpstreamPool::add_name_address(const HostPort& endpoint, const sockaddr_storage& address, std::string zone,
+                                         std::string server_name) {
+    HostPort ip;
+    if (!parse_host_port(sockaddr_str(address), ip, nullptr)) return nullptr;
+    Upstream* u = add(ip, std::move(zone), std::move(server_name));
+    if (!u) return nullptr;
+    u->name = name_address_label(endpoint.host, u->sa);
+    u->of_name = endpoint.str();
+    u->hostname = endpoint.host;
+    return u;
 }
 
 void UpstreamPool::connect_failed(Upstream& u, ConnectFailure why, std::string_view detail, uint64_t now) {

@@ -9,7 +9,7 @@ then used at a start with the API unreachable; c corrupt snapshots ignored; e a 
 that fails readiness never used, also failing open, nor kept in the snapshot; g IPv6; d the slices
 briefly list nothing; o kprism's own listener and (by default) loopback, link-local and multicast
 addresses refused; p snapshot members never checked get no client connection, failing open or
-without a client certificate.
+without a client certificate; q a hostname endpoint beside discovery.
 Prints `discovery: ok/FAIL/info:` lines and last `discovery: N passed, M failed`; exit 1 on a failure.
 
 The stand-ins of one discovery test share one port on 127.0.0.11-14 (the slice is built from the
@@ -1108,7 +1108,87 @@ class Run:
             bad.wait_exit(30)
 
 
-CASES = "fabcieghlmnopjkd"  # d last: it restarts the stand-ins
+    # q: a hostname endpoint beside discovery. The name (served by tests/harness/dns_server.py,
+    # "kubernetes", which the stand-ins' certificate carries) resolves to a1 and a dead address:
+    # a1 is one upstream, the name's (static, named "kubernetes@ADDRESS:PORT"), not a second
+    # discovered one; the dead address, in no slice, stays (the configured floor). The name gains
+    # a2: it turns the name's, not drained. It loses a1, which the slices still list: a1 turns
+    # discovered, not drained; the dead address leaves. Under load: no failed request.
+    def case_q(self):
+        a1, a2, a3 = self.a1, self.a2, self.a3
+        port = self.pl.port
+        dead = f"{NOBODY}:{port}"
+        zone = os.path.join(self.d, "q-zone.json")
+
+        def answer(addrs):
+            with open(zone + ".new", "w") as f:
+                json.dump({"kubernetes": {"A": addrs}}, f)
+            os.rename(zone + ".new", zone)
+
+        def named(ip):
+            return f"kubernetes@{ip}:{port}"
+        answer([a1.addr, NOBODY])
+        dns_log = os.path.join(self.d, "q-dns.log")
+        with open(dns_log, "w") as out:
+            dns = subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "..", "harness", "dns_server.py"),
+                                    "127.0.0.1", zone], stdout=out, stderr=out)
+        cleanup.register("q-dns", lambda: (dns.poll() is None and (dns.kill(), dns.wait())))
+
+        def listening():
+            with open(dns_log) as f:
+                m = re.search(r"dns: listening on (127\.0\.0\.1:\d+)", f.read())
+            return m.group(1) if m else None
+        servers = wait_until(listening, 10, 0.05)
+        n = lo = None
+        try:
+            if not servers:
+                raise RuntimeError(f"the DNS server did not start: {open(dns_log).read()[-500:]}")
+            os.environ["KPRISM_TEST_DNS_SERVERS"] = servers  # kprism(8), ENVIRONMENT
+            try:
+                n = Node(self, "q", [f"kubernetes:{port}"], extra=["--resolve-interval", "1s"])
+            finally:
+                del os.environ["KPRISM_TEST_DNS_SERVERS"]
+            want = {named(a1.addr): ("static", "up"), named(NOBODY): ("static", None),
+                    a2.endpoint: ("discovered", "up"), a3.endpoint: ("discovered", "up")}
+            check(n.wait_ups(want, 20),
+                  "q: a1, resolved by the name and in the slice, is one upstream, the name's; the dead address "
+                  "the name resolves to stays though no slice lists it; a2, a3 discovered", str(n.brief()))
+            lo = ld.Load(self.pl.ctx, n.port, requesters=2, holders=8)
+            lo.start(self.rv)
+            wait_until(lambda: all(lo.holder_server), 15, 0.2)
+
+            answer([a1.addr, a2.addr])
+            want = {named(a1.addr): ("static", "up"), named(a2.addr): ("static", "up"), a3.endpoint: ("discovered", "up")}
+            check(n.wait_ups(want, 15), "q: the name gains a2 (discovered): it turns the name's; the dead address leaves",
+                  str(n.brief()))
+            answer([a2.addr])
+            want = {a1.endpoint: ("discovered", "up"), named(a2.addr): ("static", "up"), a3.endpoint: ("discovered", "up")}
+            check(n.wait_ups(want, 15), "q: the name loses a1, which the slice lists: a1 discovered again", str(n.brief()))
+            check(n.count("endpoint address no longer resolved; still discovered, so it stays") == 1,
+                  "q: one \"still discovered, so it stays\" line (a1)")
+            drained = [line[line.find("msg="):] for line in n.log().splitlines() if "connections drain" in line]
+            check(len(drained) == 1 and named(NOBODY) in drained[0],
+                  f"q: only the dead address was drained ({len(drained)})", "; ".join(drained))
+            for s in (a1, a2, a3):
+                got = n.metric("kprism_upstream_connections_total", f'upstream="{s.endpoint}"') + \
+                    n.metric("kprism_upstream_connections_total", f'upstream="{named(s.addr)}"')
+                check(got > 0, f"q: client connections reached {s.name} ({got:.0f})")
+            check(n.metric("kprism_upstream_connections_total", f'upstream="{named(NOBODY)}"') == 0,
+                  "q: no client connection went to the dead address (never up)")
+            rows = len(lo.log.rows)  # some requests on the last state, then the tally
+            wait_until(lambda: len(lo.log.rows) > rows + 20, 10, 0.1)
+            lo.finish()
+            bad, total, sample = load_failures(lo)
+            check(bad == 0 and total > 0, f"q: no failed request while the answer changed ({bad} of {total})", str(sample))
+        finally:
+            if lo:
+                lo.finish()
+            if n:
+                n.stop()
+            dns.kill()
+            dns.wait()
+
+CASES = "fabcieghlmnopqjkd"  # d last: it restarts the stand-ins
 
 
 def where(e):

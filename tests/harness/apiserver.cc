@@ -8,8 +8,9 @@
 
 namespace it {
 
-Apiserver::Apiserver(const Pki& pki, const std::string& n, bool wrong_name)
-    : port(free_port()), readyz(pki.dir + "/readyz-" + n + "-" + std::to_string(port)), name(n) {
+Apiserver::Apiserver(const Pki& pki, const std::string& n, bool wrong_name, const std::string& host_, int port_)
+    : host(host_), port(port_ ? port_ : free_port()), readyz(pki.dir + "/readyz-" + n + "-" + std::to_string(port)),
+      name(n) {
     set("200");
     proc = std::make_unique<Process>(std::vector<std::string>{
         standin_bin(), "--listen", addr(), "--name", name, "--tls-cert",

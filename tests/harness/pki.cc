@@ -216,7 +216,7 @@ Pki::Pki() : impl_(std::make_unique<Impl>()) {
             write_file(cert_path, cert_pem(c.get()), 0644);
             write_file(key_path, key_pem(k.get(), false));
         };
-        server("apiserver", "IP:127.0.0.1,IP:::1,DNS:localhost,DNS:kubernetes", server_cert, server_key);
+        server("apiserver", "IP:127.0.0.1,IP:::1,DNS:localhost,DNS:kubernetes,DNS:api.kprism.test", server_cert, server_key);
         server("wrong-name", "DNS:elsewhere.example", wrong_name_server_cert, wrong_name_server_key);
 
         {

@@ -17,7 +17,8 @@ struct Pki {
 
     std::string dir;
     std::string ca_cert;                  // cluster CA (CA:TRUE) PEM
-    std::string server_cert, server_key;  // signed by ca; SAN IP:127.0.0.1, IP:::1, DNS:localhost, DNS:kubernetes
+    std::string server_cert, server_key;  // signed by ca; SAN IP:127.0.0.1, IP:::1, DNS:localhost, DNS:kubernetes,
+                                          // DNS:api.kprism.test (tests/harness/dns.h)
     std::string wrong_name_server_cert, wrong_name_server_key;  // signed by ca, SAN only DNS:elsewhere.example
     std::string client_pem;    // cert + key in ONE file (like kubelet-client-current.pem), CN=system:node:test
     std::string client_cert, client_key;  // the same identity as two separate files

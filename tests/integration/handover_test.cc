@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness/dns.h"
 #include "harness/harness.h"
 #include "kprism/handoff/record.h"
 
@@ -331,6 +332,39 @@ TEST(Handover, ConnectionsSurviveARestartWithEveryByte) {
     recv_until_eof(cs[0]->fd, &err, 5000ms);
     EXPECT_EQ(err, 0);
     EXPECT_TRUE(eventually([&] { return k2->stat("connections_active") == before - 1; }));
+}
+
+// The connections to an address of a hostname endpoint ("NAME@ADDRESS:PORT" in the record) are
+// resumed although the new process has not resolved the name yet: the address is added from the
+// record, and stays once the name resolves to it.
+TEST(Handover, ConnectionsToAHostnamesAddressSurvive) {
+    TcpServer up(TcpServer::echo);
+    DnsServer dns;
+    dns.set_zone(R"({"api.kprism.test": {"A": ["127.0.0.1"]}})");
+    FdStore store;
+    const int port = free_port();
+    const std::string endpoint = "api.kprism.test:" + std::to_string(up.port());
+    const std::string label = "api.kprism.test@127.0.0.1:" + std::to_string(up.port());
+    auto k1 = std::make_unique<Kprism>(std::vector<std::string>{endpoint}, std::vector<std::string>{},
+                                       Spawn{{store.env(), "FDSTORE=64", dns.dns_env()}, {}}, port, free_port());
+    ASSERT_TRUE(k1->wait_output("msg=\"endpoint address added; checked before use\" upstream=" + label)) << k1->output();
+    std::vector<std::unique_ptr<Client>> cs = clients(port, 4);
+    ASSERT_EQ(cs.size(), 4u) << k1->output();
+    k1->signal(SIGTERM);
+    EXPECT_EQ(k1->wait(10000ms), 0);
+    std::string rec = store.record("handover-state");
+    EXPECT_NE(rec.find(" " + label + " "), std::string::npos) << rec;
+    auto k2 = std::make_unique<Kprism>(std::vector<std::string>{endpoint}, std::vector<std::string>{},
+                                       store.spawn_next({store.env(), "FDSTORE=64", dns.dns_env()}), port, free_port());
+    ASSERT_TRUE(k2->wait_output("resumed=4 closed_unmatched=0 closed_without_entry=0")) << k2->output();
+    EXPECT_NE(k2->output().find("msg=\"endpoint address added from the handover; checked, and kept while the name "
+                                "resolves to it\" upstream=" + label),
+              std::string::npos)
+        << k2->output();
+    EXPECT_TRUE(k2->wait_output("msg=\"endpoint resolved\" upstream=" + endpoint)) << k2->output();
+    for (auto& c : cs) EXPECT_TRUE(c->echo("after the restart")) << k2->output();
+    EXPECT_EQ(k2->output().find("no longer resolved"), std::string::npos) << k2->output();
+    EXPECT_EQ(k2->count_output("endpoint address added"), 1u) << "added once, from the record" << k2->output();
 }
 
 // A half-closed connection (the client sent FIN, the upstream still sends) is handed over as such.

@@ -206,6 +206,15 @@ check "upstream limit kMaxUpstreams" "$maxup" kprism.toml.5 'At most # endpoints
 kib() { case $1 in *[!0-9]*) echo "$1" ;; *) [ $(($1 % 1024)) = 0 ] && echo $(($1 / 1024)) || echo "$1 B" ;; esac; }
 sec() { case $1 in *[!0-9]*) echo "$1" ;; *) echo $(($1 / $2)) ;; esac; }
 
+# Hostname endpoints: the addresses used per name, the slots they share, one resolution's bound.
+pername=$(code 'kMaxNameAddresses\s*=\s*([^;]+);')
+check "addresses per hostname kMaxNameAddresses" "$pername $pername" kprism.8 'At most # addresses of one name are used: with more, the first #'
+check "addresses per hostname kMaxNameAddresses" "$pername" kprism.toml.5 'at most # per name'
+check "upstream slots kMaxUpstreams" "$maxup" kprism.8 'all upstreams together share the # slots'
+restime=$(sec "$(code 'kResolveTimeoutMs\s*=\s*([^;]+);')" 1000)
+check "resolution timeout kResolveTimeoutMs (s)" "$restime" kprism.8 'One resolution ends within # s'
+check "resolution timeout kResolveTimeoutMs (s)" "$restime" kprism.toml.5 'IPv4 and IPv6 addresses both, within # s'
+
 chunk=$(kib "$(code 'kChunkSize\s*=\s*([^;]+);')")
 check "read buffer kChunkSize (KiB)" "$chunk" kprism.8 'Read buffers are # KiB chunks'
 check "read buffer kChunkSize (KiB)" "$chunk" kubernetes-README.md 'up to two # KiB buffers'

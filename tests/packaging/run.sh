@@ -165,7 +165,7 @@ else
     bad_patch "ExtensionServiceConfig without the --config file" worker "$tmp/p13.yaml"
 
     # The four patches carry the same ExtensionServiceConfig; its kprism.toml is checked by the
-    # tree's own binary (the static build also rejects hostname endpoints).
+    # tree's own binary.
     check "talos: the four patches carry one and the same ExtensionServiceConfig" /usr/bin/python3 - "$EX" "$tmp/talos.toml" <<'EOF'
 import glob, sys, yaml
 escs = {}

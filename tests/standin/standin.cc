@@ -5,7 +5,8 @@
 // kube-apiserver with anonymous auth disabled. GET /readyz answers as --readyz-file says.
 //
 // stdout, one line each, flushed: "listening ADDR name=NAME" at start; per TLS handshake
-// `handshake resumed=0|1 peer="CN or -"` or `handshake failed reason="..."`; per request
+// `handshake resumed=0|1 peer="CN or -" sni=NAME` or `handshake failed reason="..." sni=NAME` (NAME
+// the client's SNI, or -); per request
 // `request path=PATH status=CODE` (CODE is hang, garbage or close when no response is sent),
 // written before the response itself, so a client that has the response also finds the line.
 #include <arpa/inet.h>
@@ -421,15 +422,19 @@ void serve(int fd) {
         ERR_clear_error();
         errno = 0;
         int r = SSL_accept(c.ssl);
+        const char* sni = SSL_get_servername(c.ssl, TLSEXT_NAMETYPE_host_name);  // from the ClientHello
+        const std::string sni_text = sni && *sni ? quote_safe(sni) : "-";
         if (r != 1) {
-            out_line(fmt::format("handshake failed reason=\"{}\"", quote_safe(handshake_error(c.ssl, r))));
+            out_line(fmt::format("handshake failed reason=\"{}\" sni={}", quote_safe(handshake_error(c.ssl, r)),
+                                 sni_text));
             c.close();
             return;
         }
         c.handshaken = true;
         std::string cn = peer_cn(c.ssl);
         if (cn != "-") user = cn;
-        out_line(fmt::format("handshake resumed={} peer=\"{}\"", SSL_session_reused(c.ssl) ? 1 : 0, quote_safe(cn)));
+        out_line(fmt::format("handshake resumed={} peer=\"{}\" sni={}", SSL_session_reused(c.ssl) ? 1 : 0,
+                             quote_safe(cn), sni_text));
     }
     // "close": connections are closed right after the (TLS) handshake without a response.
     if (!g_echo && !g_readyz_file.empty() && readyz_mode() == "close") {

@@ -32,7 +32,7 @@ CACHE=${SYSTEMD_ROOT:-build/systemd-root}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # The tree: systemd as init and the libraries a dynamically linked kprism needs (libsystemd0
 # comes with systemd). Anything else a package Depends on is installed with apt-get at test time.
-INCLUDE=systemd,libuv1,libfmt9,libssl3
+INCLUDE=systemd,libuv1,libc-ares2,libfmt9,libssl3
 BOOTSTRAP=(debootstrap --variant=minbase "--include=$INCLUDE" bookworm)
 
 [ "$(id -u)" = 0 ] || { echo "skip: $NAME needs root (debootstrap, mounts, systemd-nspawn)"; exit 0; }

@@ -40,6 +40,9 @@ struct StateView {
     int64_t now_unix = 0;               // when the view was taken
     double heartbeat_age_seconds = 0;
     std::vector<const Upstream*> upstreams;  // configured ones (not those removed by a reload)
+    // Hostname endpoints without an address now (ControlPlane::unresolved_names): a row each in
+    // /status and /readyz?verbose, none in the metrics.
+    std::vector<const Upstream*> unresolved;
     DiscoveryStatus discovery;  // enabled=false when off
     SnapshotStatus snapshot;  // the discovery snapshot file
 

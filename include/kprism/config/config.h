@@ -115,6 +115,9 @@ bool parse_policy(std::string_view name, PolicyKind& out);
 constexpr size_t kMaxUpstreams = 64;
 // Of those, at most this many come from discovery (discovery/discovery.h).
 constexpr size_t kMaxDiscovered = 32;
+// Addresses of one hostname endpoint, each an upstream (in address order, the rest left out;
+// upstreams/control_plane.h); all of them together still share the kMaxUpstreams slots.
+constexpr size_t kMaxNameAddresses = 16;
 
 // Validated configuration. Built only by load_config(); never modified afterwards.
 struct Config {

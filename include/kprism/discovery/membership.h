@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Membership of discovered upstreams: admitting what discovery finds (checked before use),
-// draining those that left (never the configured floor, never leaving nothing up), the address
-// rules on discovered addresses, the snapshot read at start and written after each change.
+// draining those that left (never the configured floor, never leaving nothing up; the addresses
+// a hostname endpoint lost leave the same way), the address rules on discovered addresses, the
+// snapshot read at start and written after each change.
 #pragma once
 
 #include <uv.h>
@@ -75,6 +76,10 @@ public:
     // Removes the upstreams that left the slices, but only while some upstream that stays is up
     // (asked again whenever one comes up).
     void settle_departures();
+    // An address a hostname endpoint no longer resolves to leaves the same way: removed (drained)
+    // once an upstream that stays is up. keep(): it resolves to it again before that.
+    void depart(const Upstream& u);
+    void keep(Upstream& u);
     // `u` is in the admitted set (the slices, or the snapshot read at start). Never with
     // discovery off.
     bool in_discovered(const Upstream& u) const;

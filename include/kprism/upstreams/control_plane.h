@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The control plane as kprism sees it: the upstreams, their readiness checks and passive signals,
-// hostname resolution, up/down changes and what follows from them (closes on down, no-ready
-// episodes).
+// hostname endpoints (every address an upstream of its own), up/down changes and what follows
+// from them (closes on down, no-ready episodes).
 #pragma once
 
 #include <uv.h>
@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kprism/base/resolver.h"
 #include "kprism/config/config.h"
 #include "kprism/upstreams/credentials.h"
 #include "kprism/upstreams/health_check.h"
@@ -28,9 +29,14 @@ struct SnapshotStatus;
 
 // Owned by the Server, which it reaches for the loop, the configuration in force, the live
 // connections (closes on down) and the systemd status. It owns the Membership (discovered
-// upstreams and the snapshot, membership.h), made with it. Its handles (resolve timer, checkers,
-// and the Membership's discovery) are closed by close(); their memory is released with it, after
-// the loop has stopped.
+// upstreams and the snapshot, membership.h), made with it, and the Resolver (made by start()).
+// Its handles (resolve timer, checkers, the Resolver's, and the Membership's discovery) are closed
+// by close(); their memory is released with it, after the loop has stopped.
+//
+// A hostname endpoint is not an upstream: each address it resolves to is one (named
+// "HOST@ADDRESS:PORT", Upstream::of_name set, source configured), added and checked like a
+// discovered one; an address it no longer resolves to leaves like a discovered one that left the
+// slices (Membership::depart). A resolution that fails or finds no address changes nothing.
 class ControlPlane {
 public:
     ControlPlane(Server& srv, Stats& stats);
@@ -58,8 +64,8 @@ public:
     // Whether the apiservers accept the client certificate (credentials.h).
     CredentialsState credentials() const { return creds_.state(); }
 
-    // Every live upstream has a verdict (or kprism has no client certificate to check with, or
-    // every apiserver rejects it).
+    // Every live upstream has a verdict and every hostname endpoint an address (or kprism has no
+    // client certificate to check with, or every apiserver rejects it).
     bool all_judged() const;
     // An episode of no upstream ready is going on (failing open or closed).
     bool failing_open() const { return failing_open_; }
@@ -69,7 +75,8 @@ public:
     // May a connection go to upstreams that are not up (fail-open, nothing to check with, or a
     // certificate every apiserver rejects)?
     bool fallback_allowed() const;
-    // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is.
+    // "2/3 upstreams ready", plus " (fail-open)" or " (fail-closed)" when none is. A hostname
+    // endpoint without an address counts as one upstream, not ready.
     std::string summary() const;
 
     // A probe's result. `explicit_down`: the apiserver's own verdict (HTTP 5xx) or a hung one.
@@ -109,6 +116,18 @@ public:
     static constexpr size_t kCloseBurst = 3;
     static constexpr uint64_t kCloseBurstWindowMs = 1000;
     static constexpr uint64_t kCloseBurstMinAgeMs = 1000;
+    // One stand-in per hostname endpoint that has no address now, named as configured, unknown,
+    // its last_error saying why (never in the pool: no checker, no connection), for /status.
+    std::vector<const Upstream*> unresolved_names() const;
+    // A handed-over connection's upstream, by name: a live one, or else an address of a configured
+    // hostname endpoint that the previous process had ("HOST@ADDRESS:PORT"), added now (and checked)
+    // before this process has resolved the name; nullptr: none.
+    Upstream* upstream_for_handover(const std::string& name);
+    // Time and size bounds of one resolution.
+    static constexpr uint64_t kResolveTimeoutMs = 5000;
+    // The environment variable naming the DNS servers asked instead of resolv.conf's (tests).
+    static constexpr const char* kTestDnsServersEnv = "KPRISM_TEST_DNS_SERVERS";
+
     // The last handle of a closed checker has closed (from its close callback): a removed
     // upstream's checker is freed here, one closed by close() stays until the destructor.
     void checker_closed(HealthChecker* c);
@@ -131,12 +150,36 @@ private:
     void close_stranded();
     void stop_checker(Upstream& u);
     void reconfigure_endpoints(const Config& next, std::string& summary);
-    void resolve(Upstream& u);
+    // A configured hostname endpoint: its resolution and what was said about it. Its addresses
+    // are the live upstreams whose of_name is `name`.
+    struct NamedEndpoint {
+        HostPort addr;     // as configured; host is the hostname
+        std::string name;  // addr.str()
+        std::string zone, server_name;
+        uint64_t query = 0;     // the Resolver's id of the resolution in flight; 0: none
+        bool answered = false;  // a resolution has ended (with or without an address)
+        bool failed_logged = false;
+        bool over_cap_logged = false;
+        std::string resolved_logged;  // the addresses of the last "endpoint resolved" line
+        Upstream shown;               // what /status shows while it has no address
+        std::string skipped_self;    // addresses skipped as kprism's own listeners, as warned
+        std::string skipped_taken;   // addresses that are already another endpoint, as logged
+    };
+    void add_name(const Endpoint& e);
+    void resolve(NamedEndpoint& n);
+    void on_resolved(NamedEndpoint& n, const ResolveResult& r);
+    // The live upstreams that are addresses of `n`.
+    std::vector<Upstream*> addresses_of(const NamedEndpoint& n);
+    bool has_address(const NamedEndpoint& n) const;
+    Upstream* find_address(const sockaddr_storage& ss);
+    // `u` (an address of a name) is no longer one: a discovered one again when the slices still
+    // list it, else removed (`wait`: once an upstream that stays is up, Membership::depart; else
+    // at once, logged as `msg`, its connections drained for `drain_ms`).
+    void leave_name(Upstream& u, bool wait, const char* msg, uint64_t drain_ms);
     // A configured IP endpoint that is one of kprism's own sockets (possible when systemd passed
     // them: validation knows only the configured addresses) is never connected to.
     void refuse_if_own(Upstream& u);
     void arm_resolve_timer(const Config& cfg);
-    static void on_resolved(uv_getaddrinfo_t* req, int status, addrinfo* res);
     static void on_resolve_timer(uv_timer_t* t);
 
     Server& srv_;
@@ -167,6 +210,8 @@ private:
 
     // Discovered upstreams and the snapshot (membership.h); its Discovery is closed by close().
     std::unique_ptr<Membership> membership_;
+    std::vector<std::unique_ptr<NamedEndpoint>> names_;  // the hostname endpoints, in configured order
+    std::unique_ptr<Resolver> resolver_;                 // made by start(), closed by close()
 };
 
 }  // namespace kprism

@@ -109,21 +109,28 @@ struct ProbeMark {
 struct Upstream {
     size_t index = 0;
     HostPort addr;
-    std::string name;  // addr.str(), for logs
+    // For logs, /status and the metrics' upstream label: addr.str(), or for an address of a
+    // hostname endpoint "HOST@ADDRESS:PORT" (name_address_label): one word, unique per address.
+    std::string name;
     std::string zone;
     std::string server_name;  // Endpoint::server_name: configured TLS name, or empty
     Source source = Source::configured;
-    // The name for SNI and certificate verification, and the probe's Host header.
-    const std::string& tls_name() const { return server_name.empty() ? addr.host : server_name; }
-    std::string host_header() const { return server_name.empty() ? name : server_name; }
+    // An address of a hostname endpoint: that endpoint as configured ("api.example.com:6443");
+    // empty for an IP endpoint and a discovered address.
+    std::string of_name;
+    std::string hostname;  // of_name's host
+    // The name for SNI and certificate verification, and the probe's Host header: the configured
+    // server name, else the hostname the address came from, else the address.
+    const std::string& tls_name() const {
+        return !server_name.empty() ? server_name : !hostname.empty() ? hostname : addr.host;
+    }
+    std::string host_header() const { return !server_name.empty() ? server_name : !of_name.empty() ? of_name : name; }
 
-    // Address to connect to; for hostnames filled by the resolver.
+    // Address to connect to: false only for a hostname given to UpstreamPool::add (never by the
+    // daemon, which adds each address of a name instead) and for one of kprism's own listeners.
     sockaddr_storage sa{};
     bool resolved = false;
-    uv_getaddrinfo_t resolve_req{};
-    bool resolving = false;
-    bool resolve_failed_logged = false;
-    std::string resolved_to_self;  // the resolved addresses skipped as kprism's own listeners, as warned
+    std::string resolved_to_self;  // the address refused as kprism's own listener, as logged
 
     // Readiness, decided by health checks (rise/fall) and passive signals.
     Health health = Health::unknown;
@@ -204,11 +211,21 @@ struct RiseFall {
     uint32_t fall = 2;
 };
 
+// "api.example.com@10.0.0.2:6443", "api.example.com@[fd00::1]:6443": the name of an upstream
+// that is an address of a hostname endpoint (no space: it is one token in a handover record).
+std::string name_address_label(const std::string& hostname, const sockaddr_storage& address);
+// Its inverse: false unless `label` is HOST@ADDRESS:PORT with an IP address.
+bool parse_name_address_label(std::string_view label, std::string& hostname, HostPort& address);
+
 class UpstreamPool {
 public:
     UpstreamPool() = default;
     // Adds an endpoint (reusing a drained removed slot if there is one); nullptr when full.
     Upstream* add(const HostPort& addr, std::string zone = "", std::string server_name = "");
+    // Adds `address` (its port set) as an address of the hostname endpoint `endpoint`, named
+    // name_address_label(endpoint.host, address); nullptr when full.
+    Upstream* add_name_address(const HostPort& endpoint, const sockaddr_storage& address, std::string zone = "",
+                               std::string server_name = "");
     // The live (not removed) upstream with this address, if any.
     Upstream* find(const HostPort& addr);
     size_t size() const { return ups_.size(); }

@@ -45,6 +45,41 @@ TEST_F(PoolTest, Add) {
     EXPECT_EQ(pool.available_count(kNow), 3u);
 }
 
+// An address of a hostname endpoint: an IP upstream of its own, named "HOST@ADDRESS:PORT", the
+// hostname its TLS name and the endpoint its Host header (unless a server name is configured).
+TEST(NameAddress, IsAnIpUpstreamNamedByTheHostname) {
+    UpstreamPool p;
+    HostPort ep{"api.example.com", 6443, false};
+    sockaddr_storage v4{}, v6{};
+    ASSERT_TRUE(ip_to_sockaddr("10.0.0.2", 6443, v4));
+    ASSERT_TRUE(ip_to_sockaddr("fd00::1", 6443, v6));
+    Upstream* a = p.add_name_address(ep, v4, "zone-a");
+    Upstream* b = p.add_name_address(ep, v6, "", "api-b");
+    ASSERT_TRUE(a && b);
+    EXPECT_EQ(a->name, "api.example.com@10.0.0.2:6443");
+    EXPECT_EQ(b->name, "api.example.com@[fd00::1]:6443");
+    EXPECT_TRUE(a->resolved && a->addr.is_ip);
+    EXPECT_EQ(a->addr.host, "10.0.0.2");
+    EXPECT_EQ(a->of_name, "api.example.com:6443");
+    EXPECT_EQ(a->zone, "zone-a");
+    EXPECT_EQ(a->tls_name(), "api.example.com");
+    EXPECT_EQ(a->host_header(), "api.example.com:6443");
+    EXPECT_EQ(b->tls_name(), "api-b") << "a configured server name wins";
+    EXPECT_EQ(b->host_header(), "api-b");
+    EXPECT_EQ(sockaddr_str(a->sa), "10.0.0.2:6443");
+    a->health = Health::up;
+    EXPECT_TRUE(a->available(kNow));
+
+    std::string host;
+    HostPort addr;
+    ASSERT_TRUE(parse_name_address_label(b->name, host, addr));
+    EXPECT_EQ(host, "api.example.com");
+    EXPECT_EQ(addr.host, "fd00::1");
+    EXPECT_EQ(addr.port, 6443);
+    for (const char* bad : {"10.0.0.2:6443", "@10.0.0.2:6443", "api@other.example:6443", "api@10.0.0.2", ""})
+        EXPECT_FALSE(parse_name_address_label(bad, host, addr)) << bad;
+}
+
 TEST_F(PoolTest, NewUpstreamStartsUnknownAndUnavailable) {
     UpstreamPool p;
     p.add(ip("10.0.0.9"));

@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: Apache-2.0
+// Hostname endpoints through the real binary, resolved by a real DNS server (tests/harness/dns.h)
+// in front of TLS stand-ins on 127.0.0.2 and 127.0.0.3 (one port): every address a checked upstream
+// named by the hostname, the hostname as SNI and verified name, an address gained (checked before
+// use) and lost (drained), a failed resolution that changes nothing, the cap, a silent server, a
+// reload that removes and adds the name. (A restart's handover of a name's addresses: handover_test.cc.)
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "harness/apiserver.h"
+#include "harness/dns.h"
+#include "harness/harness.h"
+#include "harness/pki.h"
+
+using namespace it;
+
+namespace {
+
+const std::string kName = "api.kprism.test";
+
+std::vector<std::string> tls_flags(const Pki& pki, std::vector<std::string> more = {}) {
+    std::vector<std::string> a = {"--client-cert",    pki.client_pem, "--client-key",           pki.client_pem,
+                                  "--ca-file",        pki.ca_cert,    "--health-interval",      "1s",
+                                  "--health-timeout", "500ms",        "--health-fast-interval", "200ms",
+                                  "--resolve-interval", "1s"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+}
+
+std::string zone(const std::vector<std::string>& a, const std::string& mode = "normal") {
+    std::string list;
+    for (const auto& x : a) list += (list.empty() ? "\"" : ", \"") + x + "\"";
+    return R"({")" + kName + R"(": {"A": [)" + list + R"(], "mode": ")" + mode + R"("}})";
+}
+
+// The upstream name of an address of the hostname endpoint.
+std::string label(const std::string& ip, int port) { return kName + "@" + ip + ":" + std::to_string(port); }
+
+long connections_total(int admin_port, const std::string& upstream) {
+    std::string m = body_of(http_get(admin_port, "/metrics"));
+    std::string key = "kprism_upstream_connections_total{upstream=\"" + upstream + "\"} ";
+    size_t at = m.find(key);
+    return at == std::string::npos ? -1 : std::stol(m.substr(at + key.size()));
+}
+
+}  // namespace
+
+// One name, two addresses: two upstreams, each checked (the probe's SNI is the name, and the
+// certificate has no IP SAN for 127.0.0.2 or .3, so it was verified against the name), each
+// taking client connections, named "NAME@ADDRESS:PORT" in the log, /status and /metrics.
+TEST(Hostname, EveryAddressIsACheckedUpstreamNamedByTheName) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port), b(pki, "b", false, "127.0.0.3", port);
+    dns.set_zone(zone({"127.0.0.3", "127.0.0.2"}));
+    Kprism k({kName + ":" + std::to_string(port)}, tls_flags(pki), Spawn{{dns.dns_env()}, {}});
+    for (const char* ip : {"127.0.0.2", "127.0.0.3"}) {
+        EXPECT_TRUE(k.wait_output("msg=\"endpoint address added; checked before use\" upstream=" + label(ip, port)))
+            << k.output();
+        EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label(ip, port))) << k.output();
+    }
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + kName + ":" + std::to_string(port) +
+                              " addresses=127.0.0.2:" + std::to_string(port) + ",127.0.0.3:" + std::to_string(port)))
+        << k.output();
+    for (auto* s : {&a, &b}) {
+        EXPECT_TRUE(s->proc->wait_output("peer=\"system:node:test\" sni=" + kName)) << s->proc->output();
+        EXPECT_EQ(s->proc->count_output("handshake failed"), 0u) << s->proc->output();
+    }
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    for (const char* ip : {"127.0.0.2", "127.0.0.3"})
+        EXPECT_NE(status.find("\"address\":\"" + label(ip, port) + "\""), std::string::npos) << status;
+    EXPECT_NE(status.find("\"ready\":true"), std::string::npos) << status;
+    // Client connections go to both (random policy: all 24 on one has odds 2^-23).
+    std::vector<int> held;
+    for (int i = 0; i < 24; ++i) held.push_back(connect_to(k.port));
+    EXPECT_TRUE(eventually([&] {
+        return connections_total(k.admin_port, label("127.0.0.2", port)) > 0 &&
+               connections_total(k.admin_port, label("127.0.0.3", port)) > 0;
+    }))
+        << body_of(http_get(k.admin_port, "/metrics"));
+    for (int fd : held)
+        if (fd >= 0) ::close(fd);
+    Result st = run({kprism_bin(), "status", "--health-port", std::to_string(k.admin_port)});
+    EXPECT_EQ(st.code, 0) << st.output;
+    EXPECT_NE(st.output.find(label("127.0.0.2", port)), std::string::npos) << st.output;
+    EXPECT_NE(st.output.find(label("127.0.0.3", port)), std::string::npos) << st.output;
+}
+
+// The verified name is the hostname: an apiserver whose certificate does not carry it fails its
+// checks (tls_failed) while the one beside it that does is up.
+TEST(Hostname, VerifiedNameIsTheHostname) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver good(pki, "good", false, "127.0.0.2", port), wrong(pki, "wrong", true, "127.0.0.3", port);
+    dns.set_zone(zone({"127.0.0.2", "127.0.0.3"}));
+    Kprism k({kName + ":" + std::to_string(port)}, tls_flags(pki), Spawn{{dns.dns_env()}, {}});
+    EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port))) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + label("127.0.0.3", port))) << k.output();
+    EXPECT_TRUE(wrong.proc->wait_output("sni=" + kName)) << wrong.proc->output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    size_t at = status.find("\"address\":\"" + label("127.0.0.3", port) + "\"");
+    ASSERT_NE(at, std::string::npos) << status;
+    EXPECT_NE(status.find("\"last_result\":\"tls_failed\"", at), std::string::npos) << status;
+}
+
+// A name that gains an address: a new upstream, checked before it takes a connection. One that
+// loses an address: that upstream leaves once the other is up, its connections drain
+// (drain_timeout). A resolution that fails (SERVFAIL) or times out changes nothing.
+TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port), b(pki, "b", false, "127.0.0.3", port);
+    dns.set_zone(zone({"127.0.0.2"}));
+    Kprism k({kName + ":" + std::to_string(port)}, tls_flags(pki, {"--drain-timeout", "400ms"}),
+             Spawn{{dns.dns_env()}, {}});
+    const std::string la = label("127.0.0.2", port), lb = label("127.0.0.3", port);
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + la)) << k.output();
+    int on_a = connect_to(k.port);
+    ASSERT_GE(on_a, 0);
+    ASSERT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 1; }));
+
+    // Failing answers keep what there is.
+    dns.set_zone(zone({}, "servfail"));
+    EXPECT_TRUE(k.wait_output("msg=\"cannot resolve endpoint; will retry\" upstream=" + kName + ":" +
+                              std::to_string(port) + " error=failed"))
+        << k.output();
+    EXPECT_NE(k.output().find("addresses_kept=1"), std::string::npos) << k.output();
+    EXPECT_TRUE(still_open(on_a));
+
+    // Checked before use: while the new address fails its checks, no client connection goes there.
+    b.set("500");
+    dns.set_zone(zone({"127.0.0.2", "127.0.0.3"}));
+    ASSERT_TRUE(k.wait_output("msg=\"endpoint address added; checked before use\" upstream=" + lb)) << k.output();
+    for (int i = 0; i < 12; ++i) {
+        int fd = connect_to(k.port);
+        EXPECT_GE(fd, 0);
+        if (fd >= 0) ::close(fd);
+    }
+    EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 13; }));
+    EXPECT_EQ(connections_total(k.admin_port, lb), 0);
+    b.set("200");
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + lb)) << k.output();
+
+    dns.set_zone(zone({"127.0.0.3"}));
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; its connections drain\" upstream=" + la))
+        << k.output();
+    int err = -1;
+    recv_until_eof(on_a, &err, 3000ms);  // closed by the drain
+    EXPECT_NE(err, ETIMEDOUT) << "the lost address's connection was not closed by its drain";
+    ::close(on_a);
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_EQ(status.find("\"address\":\"" + la + "\""), std::string::npos) << status;
+    EXPECT_NE(status.find("\"address\":\"" + lb + "\""), std::string::npos) << status;
+    for (int i = 0; i < 6; ++i) {
+        int fd = connect_to(k.port);
+        EXPECT_GE(fd, 0);
+        if (fd >= 0) ::close(fd);
+    }
+    EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, lb) >= 6; }));
+}
+
+// A name whose every address is replaced at once: the old one stays, and its connections with
+// it, until a new one is up, so kprism never has nothing to send to (discovery's removal rule).
+TEST(Hostname, ReplacedAddressesLeaveOnceANewOneIsUp) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port);
+    dns.set_zone(zone({"127.0.0.2"}));
+    Kprism k({kName + ":" + std::to_string(port)}, tls_flags(pki, {"--drain-timeout", "400ms"}),
+             Spawn{{dns.dns_env()}, {}});
+    const std::string la = label("127.0.0.2", port), lb = label("127.0.0.3", port);
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + la)) << k.output();
+    int on_a = connect_to(k.port);
+    ASSERT_GE(on_a, 0);
+    ASSERT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 1; }));
+    dns.set_zone(zone({"127.0.0.3"}));  // nothing listens there yet
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; removal waits until an upstream that "
+                              "stays is up\" upstream=" + la))
+        << k.output();
+    // Waiting: still listed, still taking connections, the one it has kept open. Two more
+    // resolutions (resolve_interval 1s) give it two chances to be dropped wrongly.
+    const size_t asked = dns.queries(kName, "udp");
+    EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked + 4; })) << dns.output();  // A and AAAA, twice
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("\"address\":\"" + la + "\""), std::string::npos) << status;
+    EXPECT_TRUE(still_open(on_a));
+    EXPECT_EQ(k.count_output("its connections drain"), 0u) << k.output();
+    int fd = connect_to(k.port);
+    EXPECT_GE(fd, 0);
+    EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 2; }))
+        << body_of(http_get(k.admin_port, "/metrics"));
+    if (fd >= 0) ::close(fd);
+    Apiserver b(pki, "b", false, "127.0.0.3", port);
+    EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + lb, 8000ms)) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; its connections drain\" upstream=" + la))
+        << k.output();
+    int err = -1;
+    recv_until_eof(on_a, &err, 3000ms);  // closed by the drain (drain_timeout 400ms)
+    EXPECT_NE(err, ETIMEDOUT) << "the lost address's connection was not closed by its drain";
+    ::close(on_a);
+}
+
+// The many-address and timeout answers through the daemon: the cap, in address order, with one
+// warning; a silent server is a timeout after which the addresses stay.
+TEST(Hostname, ManyAddressesAreCappedAndASilentServerChangesNothing) {
+    DnsServer dns;
+    std::vector<std::string> many;
+    for (int i = 40; i >= 1; --i) many.push_back("10.0.0." + std::to_string(i));
+    dns.set_zone(zone(many));
+    Kprism k({kName + ":6443"}, {"--resolve-interval", "1s"}, Spawn{{dns.dns_env()}, {}});
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolves to more addresses than the limit; keeping the first in "
+                              "address order\" upstream=" + kName + ":6443 addresses=40 limit=16"))
+        << k.output();
+    EXPECT_TRUE(k.wait_output("upstream=" + kName + "@10.0.0.16:6443")) << k.output();
+    EXPECT_EQ(k.output().find(kName + "@10.0.0.17:6443"), std::string::npos) << k.output();
+    EXPECT_GE(dns.queries(kName, "tcp"), 1u) << "40 A records do not fit in 512 bytes: asked again over TCP";
+    EXPECT_EQ(k.count_output("more addresses than the limit"), 1u);
+    dns.set_zone(zone(many, "silent"));
+    EXPECT_TRUE(k.wait_output("error=timeout", 12000ms)) << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("\"address\":\"" + kName + "@10.0.0.1:6443\""), std::string::npos) << status;
+}
+
+// A reload that replaces the name by one of its addresses keeps that address (now an IP endpoint
+// of its own, renamed) and drains the other; one that brings the name back resolves it again.
+TEST(Hostname, ReloadRemovesAndAddsAName) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port), b(pki, "b", false, "127.0.0.3", port);
+    dns.set_zone(zone({"127.0.0.2", "127.0.0.3"}));
+    char tmpl[] = "/tmp/kprism-hostname-XXXXXX";
+    ::close(mkstemp(tmpl));
+    const std::string cf = tmpl;
+    auto write = [&](const std::string& endpoint) {
+        std::ofstream(cf + ".tmp") << "endpoints = [\"" << endpoint << "\"]\ndrain_timeout = \"400ms\"\n";
+        std::rename((cf + ".tmp").c_str(), cf.c_str());
+    };
+    const std::string name = kName + ":" + std::to_string(port), ip2 = "127.0.0.2:" + std::to_string(port);
+    write(name);
+    Kprism k({}, tls_flags(pki, {"--config", cf}), Spawn{{dns.dns_env()}, {}});
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label("127.0.0.3", port))) << k.output();
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port))) << k.output();
+    write(ip2);
+    k.signal(SIGHUP);
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint removed; its connections drain\" upstream=" + label("127.0.0.3", port)))
+        << k.output();
+    EXPECT_TRUE(k.wait_output("endpoint_removed=" + name)) << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("\"address\":\"" + ip2 + "\",\"zone\":\"\",\"source\":\"static\",\"state\":\"up\""),
+              std::string::npos)
+        << status;
+    EXPECT_EQ(status.find(kName + "@"), std::string::npos) << status;
+    write(name);
+    k.signal(SIGHUP);
+    EXPECT_TRUE(k.wait_output("endpoint_added=" + name)) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint removed; its connections drain\" upstream=" + ip2)) << k.output();
+    EXPECT_TRUE(eventually([&] { return k.count_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port)) == 2; }))
+        << k.output();
+    ::unlink(cf.c_str());
+}
+
+// A name without an address is one row in /status, `kprism status` and /readyz?verbose (unknown,
+// with why), and none in the metrics; once it resolves, its addresses take its place.
+TEST(Hostname, UnresolvedNameIsShownWithWhy) {
+    TcpServer up(TcpServer::echo);
+    DnsServer dns;
+    dns.set_zone(R"({")" + kName + R"(": {"mode": "nxdomain"}})");
+    const std::string name = kName + ":" + std::to_string(up.port());
+    Kprism k({name, up.endpoint()}, {"--resolve-interval", "1s"}, Spawn{{dns.dns_env()}, {}});
+    ASSERT_TRUE(k.wait_output("msg=\"cannot resolve endpoint; will retry\" upstream=" + name + " error=no_such_name"))
+        << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("{\"address\":\"" + name + "\",\"zone\":\"\",\"source\":\"static\",\"state\":\"unknown\""),
+              std::string::npos)
+        << status;
+    EXPECT_NE(status.find("\"last_error\":\"not resolved: no_such_name: "), std::string::npos) << status;
+    EXPECT_NE(body_of(http_get(k.admin_port, "/readyz?verbose")).find("[-]" + name + " unknown"), std::string::npos);
+    EXPECT_EQ(body_of(http_get(k.admin_port, "/metrics")).find("upstream=\"" + name + "\""), std::string::npos);
+    Result st = run({kprism_bin(), "status", "--health-port", std::to_string(k.admin_port)});
+    EXPECT_NE(st.output.find(name), std::string::npos) << st.output;
+    EXPECT_NE(st.output.find("not resolved: no_such_name"), std::string::npos) << st.output;
+    dns.set_zone(zone({"127.0.0.2"}));
+    ASSERT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name, 4000ms)) << k.output();
+    status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_EQ(status.find("{\"address\":\"" + name + "\""), std::string::npos) << status;
+    EXPECT_NE(status.find("{\"address\":\"" + label("127.0.0.2", up.port()) + "\""), std::string::npos) << status;
+    EXPECT_EQ(status.find("not resolved"), std::string::npos) << status;
+}
