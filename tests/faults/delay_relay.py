@@ -5,8 +5,10 @@ has no netem): accepts on --listen, connects each connection to --to, and holds 
 bytes, in both directions, for half of the current delay before passing it on, so the round
 trip grows by the delay. The delay is the number of milliseconds in --delay-file (re-read every
 100 ms; missing or empty: 0), and applies to bytes read from then on, on established and new
-connections alike. Order, half-close (FIN) and resets are passed through; at most 1 MiB is
-queued per direction (backpressure beyond that). With --hold-eof-file, a FIN from the listening
+connections alike. Each time it reads the file it prints "delay N ms wall=T" (T: time.time()),
+and every byte it reads after that line is held by the new delay: the harness waits for the
+line, then the fault is in place. Order, half-close (FIN) and resets are passed through; at most
+1 MiB is queued per direction (backpressure beyond that). With --hold-eof-file, a FIN from the listening
 side (the client of the relay) is passed on to --to only after that many more milliseconds (read
 when the FIN arrives; missing, empty or 0: at once): to the server behind, a client that has
 half-closed is still there and quiet, as a server that does not react to a FIN would be. Prints
@@ -17,16 +19,18 @@ import asyncio
 import os
 import socket
 import sys
+import time
 
 CHUNK = 65536
 QUEUE_CHUNKS = 16
 
 
 class Delay:
-    def __init__(self, path):
+    def __init__(self, path, announce=None):
         self.path = path
         self.ms = 0
         self.mtime = None
+        self.announce = announce
 
     async def watch(self):
         while True:
@@ -37,6 +41,8 @@ class Delay:
                     with open(self.path) as f:
                         text = f.read().strip()
                     self.ms = int(text) if text else 0
+                    if self.announce:
+                        print(f"{self.announce} {self.ms} ms wall={time.time():.3f}", flush=True)
             except (OSError, ValueError):
                 self.ms = 0
             await asyncio.sleep(0.1)
@@ -125,7 +131,8 @@ def main():
     ap.add_argument("--hold-eof-file", help="milliseconds a FIN from the listening side is held before it is passed on")
     args = ap.parse_args()
     try:
-        asyncio.run(serve(args, Delay(args.delay_file), Delay(args.hold_eof_file) if args.hold_eof_file else None))
+        hold = Delay(args.hold_eof_file) if args.hold_eof_file else None
+        asyncio.run(serve(args, Delay(args.delay_file, "delay"), hold))
     except KeyboardInterrupt:
         pass
     return 0

@@ -65,10 +65,17 @@ class Upstream:
         os.replace(tmp, self.readyz)
 
     def set_delay(self, ms):
+        """Sets the relay's delay; with the relay running, returns once it has taken it up (it
+        re-reads the file every 100 ms, later when starved of CPU): a client connection started
+        after that has every byte held by the new delay."""
+        line = f"delay {int(ms)} ms wall="
+        seen = self.relay.output().count(line) if self.relay else 0
         tmp = self.delay_file + ".tmp"
         with open(tmp, "w") as f:
             f.write(f"{int(ms)}\n")
         os.replace(tmp, self.delay_file)
+        if self.relay and not wait_until(lambda: self.relay.output().count(line) > seen, 10, 0.005):
+            raise RuntimeError(f"relay for {self.name} did not take up the delay of {int(ms)} ms within 10 s")
 
 
 class Kprism:

@@ -82,9 +82,12 @@ def run_fault(env, rep, f, rng=random):
         m = f.metrics
         t0, wall0 = time.monotonic(), time.time()
         f.inject(a)
-        # The fault is in place once inject() returns (an iptables command, a signal): a client
-        # connection started in between may have been answered by a before it, and then lose
-        # that answer; it is in flight at the injection, counted apart.
+        # The fault is in place once inject() returns (an iptables command, a signal, the relay
+        # having taken up its delay: Upstream.set_delay waits for that): a client connection
+        # started in between may have been answered by a before it, is then bound to a and may
+        # be closed when a goes down (kprism(8): "Once an upstream has answered, a connection is
+        # never moved"); it is in flight at the injection, counted apart. One started after it
+        # gets no answer from a within first_response_timeout and must be replayed, unharmed.
         t_in = time.monotonic()
         if f.after_inject:
             f.after_inject(ctx, on_a, rep)
