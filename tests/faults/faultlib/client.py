@@ -28,7 +28,11 @@ def make_context(pki):
 
 
 class Result:
-    __slots__ = ("start", "end", "ok", "served_by", "error", "wall")
+    """One client connection. `handshake` is when its TLS handshake completed (monotonic), None if
+    it never did: through kprism that means the upstream had sent its first bytes, so from then on
+    the connection is bound to that upstream (kprism(8), First response). `port`: the client's
+    local port, to find the connection in the stand-ins' and kprism's logs."""
+    __slots__ = ("start", "end", "ok", "served_by", "error", "wall", "handshake", "port", "path")
 
     def __init__(self, start, wall):
         self.start, self.wall = start, wall
@@ -36,6 +40,9 @@ class Result:
         self.ok = False
         self.served_by = None
         self.error = None
+        self.handshake = None
+        self.port = None
+        self.path = None
 
     @property
     def latency(self):
@@ -45,7 +52,7 @@ class Result:
 class Conn:
     """One TLS connection through kprism; every operation bounded by the connection's deadline."""
 
-    def __init__(self, ctx, port, deadline, rcvbuf=None):
+    def __init__(self, ctx, port, deadline, rcvbuf=None, result=None):
         self.deadline = deadline
         raw = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:
@@ -53,9 +60,13 @@ class Conn:
         try:
             raw.settimeout(self._left())
             raw.connect(("127.0.0.1", port))
+            if result is not None:
+                result.port = raw.getsockname()[1]
             self.s = ctx.wrap_socket(raw, server_hostname="127.0.0.1", do_handshake_on_connect=False)
             self.s.settimeout(self._left())
             self.s.do_handshake()
+            if result is not None:
+                result.handshake = time.monotonic()
         except BaseException:
             raw.close()
             raise
@@ -111,9 +122,10 @@ class Conn:
 def request_once(ctx, port, path, timeout=5.0):
     """One new connection, one GET with Connection: close. Never raises."""
     r = Result(time.monotonic(), time.time())
+    r.path = path
     c = None
     try:
-        c = Conn(ctx, port, r.start + timeout)
+        c = Conn(ctx, port, r.start + timeout, result=r)
         r.served_by, _ = c.get(path, close=True)
         r.ok = True
     except Exception as e:

@@ -15,6 +15,7 @@ Figures, in seconds after the fault (recovery: after the lift):
   recovered kprism logs "upstream up" for a after the lift (and a serves new connections)"""
 
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,12 +58,71 @@ def _log_first(k, needle, after_wall):
     return ts[0] if ts else None
 
 
+_RELAY_DELAY = re.compile(r'^delay (\d+) ms wall=([0-9.]+)$', re.M)
+
+
+_DURATION = re.compile(r' duration_ms=(\d+)')
+
+
+def _kprism_lines(k, addr, wall_from, wall_to, latency, limit=10):
+    """kprism's log lines about upstream `addr` from wall_from to wall_to (time.time() scale), but
+    not its connections that ended normally; a "connection closed" line whose end and duration
+    match the client's (within 0.25 s) is marked."""
+    out = []
+    for line in k.output().splitlines():
+        ts = admin.log_times(line, "ts=")
+        if not ts or not wall_from <= ts[0] <= wall_to or f"={addr}" not in line:
+            continue
+        if 'msg="connection established"' in line or 'reason=done' in line or 'reason="client read error"' in line:
+            continue
+        d = _DURATION.search(line)
+        if 'msg="connection closed"' in line and d and abs(int(d.group(1)) / 1000.0 - latency) < 0.25 \
+                and abs(ts[0] - wall_to) < 0.55:
+            line += "   <- this client?"
+        out.append(line)
+    return out[:limit] + ([f"... {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def explain_failed(r, ctx):
+    """(cause in a line, details) of why client connection `r` failed, as far as the logs tell:
+    which stand-in got its request, when its TLS handshake completed (then its upstream had
+    answered, and kprism(8) binds it there: "Once an upstream has answered, a connection is never
+    moved"), where it falls against the relay taking up the delay and a's down, and kprism's log
+    lines about a meanwhile. `ctx`: t0, wall0, t_in, ups, k, down (s after the fault or None)."""
+    t0, wall0 = ctx["t0"], ctx["wall0"]
+    path = r.path
+    got = [u.name for u in ctx["ups"] if u.proc and f"request path={path} " in u.proc.output()]
+    hs = f"+{r.handshake - r.start:.2f} s" if r.handshake is not None else "never"
+    parts = [f"{path} started {r.start - t0:+.2f} s after the fault ({r.start - ctx['t_in']:+.2f} s after the "
+             f"injection returned), client port {r.port}, TLS handshake done {hs}, ended +{r.latency:.2f} s "
+             f"({r.end - t0:.2f} s after the fault): {r.error}",
+             f"request reached: {', '.join(got) or 'no stand-in'}"]
+    a = ctx["ups"][0]
+    if a.relay:
+        applied = [float(w) for _, w in _RELAY_DELAY.findall(a.relay.output()) if float(w) >= wall0 - 0.5]
+        if applied:
+            parts.append(f"relay took up the delay {applied[0] - wall0:+.3f} s after the fault")
+    down = ctx["down"]
+    if r.handshake is not None and got == [a.name] and down is not None and r.end - t0 >= down:
+        cause = (f"bound to a (a answered its TLS handshake {hs}), closed when a went down: kprism(8) "
+                 f"\"Once an upstream has answered, a connection is never moved\"")
+    elif r.handshake is None:
+        cause = "cut before any upstream answered: kprism(8) First response promises a replay"
+    else:
+        cause = f"answered (TLS handshake {hs}), request reached {'/'.join(got) or 'no stand-in'}, then cut"
+    wall_start = ctx["wall0"] + (r.start - t0)
+    lines = _kprism_lines(ctx["k"], a.addr, wall_start - 0.05, wall_start + r.latency + 0.3, r.latency)
+    return cause, "\n    ".join(parts + ["cause: " + cause, f"kprism's log on a ({a.addr}) meanwhile:"] +
+                                 ["  " + ln for ln in lines])
+
+
 def run_fault(env, rep, f, rng=random):
     name = f.name
     with Scope() as sc:
         ups = [Upstream(env, sc, n, i, relay=(f.relay and n == "a")) for i, n in enumerate("abc")]
         a = ups[0]
-        k = Kprism(env, sc, [u.addr for u in ups]).start()
+        # Debug log: its per-connection lines (moved, closed and why) explain a failed client.
+        k = Kprism(env, sc, [u.addr for u in ups], extra=["--log-level", "debug"]).start()
         ctx = make_context(env.pki)
         w = admin.StatusWatcher(k.admin_port)
         sc.add("status watcher", w.stop)
@@ -133,12 +193,18 @@ def run_fault(env, rep, f, rng=random):
         mets = admin.metrics(k.admin_port) or {}
         replayed = int(mets.get("kprism_connections_replayed_total", 0))
 
-        # Checks.
+        # Checks. A failed client is explained (its cause in the FAIL line, the details and kprism's
+        # log around it after it), for the first few.
+        why = {"t0": t0, "wall0": wall0, "t_in": t_in, "ups": ups, "k": k, "down": down}
+        explained = [explain_failed(r, why) for r in (failed + in_flight)[:3]]
+        causes = [c for c, _ in explained[:len(failed)]]
         rep.check(not failed, f"{name}: zero failed client connections ({len(failed)} of {len(after)} after the fault)",
-                  "; ".join(sorted({r.error for r in failed}))[:300])
+                  ("; ".join(sorted({r.error for r in failed})) + " - " + "; ".join(sorted(set(causes))))[:300])
         if in_flight:
             rep.info(f"{name}: {len(in_flight)} client connection(s) started during the {(t_in - t0) * 1000:.0f} ms "
                      f"the injection took failed: {'; '.join(sorted({r.error for r in in_flight}))[:200]}")
+        for _, detail in explained:
+            rep.info(f"{name}: failed client {detail}")
         if f.expect_down:
             rep.check(down is not None and down <= DOWN_BOUND,
                       f"{name}: a marked down {fmt(down)} s after the fault (bound {DOWN_BOUND:.1f} s)")
