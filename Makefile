@@ -14,6 +14,7 @@
 #   mk/faults.mk    fault injection and the soak
 #   mk/scenarios.mk the control-plane scenarios beside HAProxy
 #   mk/chaos.mk     make chaos: seeded random events, invariants checked
+#   mk/arm64.mk     the arm64 cross build and its tests under qemu-user
 #   mk/deps.mk      make deps
 #   mk/help.mk      make help (mk/help.awk): a target's `## ` comment on its rule line is its line
 #                   there, a `## NAME=default: ...` comment above a variable documents it
@@ -21,4 +22,4 @@
 .DEFAULT_GOAL := all
 
 include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
-	mk/chaos.mk mk/deps.mk mk/help.mk
+	mk/chaos.mk mk/arm64.mk mk/deps.mk mk/help.mk

@@ -5,9 +5,22 @@
 PREFIX ?= /usr/local
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR ?=
+## ARCH=: arm64 cross-compiles for arm64 into build/arm64 (aarch64-linux-gnu-, the packages of `make deps-arm64`)
+ARCH ?=
+## CROSS=: a cross toolchain prefix such as aarch64-linux-gnu- (ARCH=arm64 sets it): its g++ and ar, the triplet's .pc files
+CROSS ?= $(if $(filter arm64,$(ARCH)),aarch64-linux-gnu-)
 ## BUILD=build: the build directory (objects, binaries, tests); one per configuration
-BUILD ?= build
+BUILD ?= build$(if $(ARCH),/$(ARCH))
 CXX ?= g++
+# pkg-config reads the .pc files of the target's multiarch directory (the :arm64 -dev packages for
+# aarch64-linux-gnu-) and the architecture-independent ones; the library lists below come from it
+# for every architecture alike.
+PKG_CONFIG ?= pkg-config
+ifneq ($(CROSS),)
+CXX := $(CROSS)g++
+AR := $(CROSS)ar
+PKG_CONFIG := PKG_CONFIG_LIBDIR=/usr/lib/$(CROSS:-=)/pkgconfig:/usr/share/pkgconfig pkg-config
+endif
 ## VERSION=`git describe`: the version string compiled into kprism
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0)
 # The release version, from the Debian changelog's first entry without its Debian revision: what
@@ -31,7 +44,7 @@ SAN ?=
 OPT ?= -O2
 
 CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
-	-Iinclude $(shell pkg-config --cflags $(PKGS))
+	-Iinclude $(shell $(PKG_CONFIG) --cflags $(PKGS))
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
 endif
@@ -76,7 +89,8 @@ endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
 ifeq ($(STATIC),1)
-LDLIBS = $(shell pkg-config --libs --static libuv-static openssl)
+# The static libraries of PKGS: libuv's static .pc is libuv-static; fmt is header-only here.
+LDLIBS = $(shell $(PKG_CONFIG) --libs --static $(patsubst libuv,libuv-static,$(filter-out fmt,$(PKGS))))
 else
-LDLIBS = $(shell pkg-config --libs $(PKGS))
+LDLIBS = $(shell $(PKG_CONFIG) --libs $(PKGS))
 endif
