@@ -3,7 +3,7 @@
 
 ##@ Shipping
 
-.PHONY: test-shipping test-systemd test-hardening static test-static talos-extension talos-extension-arm64 test-packaging \
+.PHONY: test-shipping test-systemd test-hardening static test-static talos-extension talos-arm64 test-packaging \
 	images test-images install deb test-deb test-systemd-real
 
 # About three minutes on two cores, most of it compiling the static binary and the package.
@@ -71,7 +71,7 @@ test-packaging: talos-extension $(BUILD)/kprism ## the Talos extension tree, the
 		TALOS_ALLOW_DYNAMIC=$(if $(filter build/static/kprism,$(TALOS_BIN)),0,1) tests/packaging/run.sh
 
 # The same tree for arm64, build/talos-extension-arm64/, with build/arm64-static/kprism.
-talos-extension-arm64: static-arm64 ## the Talos extension tree for arm64, build/talos-extension-arm64/ (make deps-arm64)
+talos-arm64: static-arm64 ## the Talos extension tree for arm64, build/talos-extension-arm64/ (make deps-arm64)
 	$(MAKE) --no-print-directory talos-extension TALOS_BIN=build/arm64-static/kprism TALOS_TREE=build/talos-extension-arm64
 
 # Both OCI images built with buildah (FROM scratch, no daemon, no registry) into
@@ -80,7 +80,7 @@ talos-extension-arm64: static-arm64 ## the Talos extension tree for arm64, build
 # from that platform's static binary and extension tree (arm64: `make deps-arm64` first).
 ## IMAGE_PLATFORMS=linux/amd64 linux/arm64: the platforms the images are built for (linux/amd64 alone needs no cross toolchain)
 IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
-images test-images: talos-extension $(if $(filter linux/arm64,$(IMAGE_PLATFORMS)),talos-extension-arm64) ## both OCI images built with buildah into build/images/, for every platform of IMAGE_PLATFORMS; their content checked
+images test-images: talos-extension $(if $(filter linux/arm64,$(IMAGE_PLATFORMS)),talos-arm64) ## both OCI images built with buildah into build/images/, for every platform of IMAGE_PLATFORMS; their content checked
 	IMAGE_PLATFORMS='$(IMAGE_PLATFORMS)' tests/packaging/images.sh
 
 SYSTEMD_UNITS := kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service

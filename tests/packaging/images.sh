@@ -96,7 +96,7 @@ elf_ok() {
     [ "$m" = "$(elf_of "$1")" ] && ok "$1: ${2##*/fs} is an ELF for $m" || bad "$1: ${2##*/fs} is an ELF for '$m', not $(elf_of "$1")"
 }
 
-# The Talos extension image, from the trees `make talos-extension` (and talos-extension-arm64) assembled.
+# The Talos extension image, from the trees `make talos-extension` (and talos-arm64) assembled.
 built=1
 for p in $PLATFORMS; do build kprism-talos "$p" "$(tree_of "$p")/Containerfile" "$(tree_of "$p")" || built=0; done
 if [ "$built" = 1 ] && push kprism-talos; then
