@@ -6,9 +6,10 @@
 # harness exec's KPRISM_BIN and KPRISM_STANDIN, so those are small wrapper scripts in
 # build/arm64-static/qemu/ that exec qemu on the real binary. The binaries are static (`make arm64`),
 # so qemu needs no arm64 loader or library (-L).
-# Left out (ARM64_SKIP below; ARM64_SKIP= runs everything), 23 of 425, each group for its reason:
+# Left out (ARM64_SKIP below; ARM64_SKIP= runs everything), 24 tests, each group for its reason:
 #  - the static build refuses hostname endpoints (KPRISM_STATIC; tests/static/run.sh leaves the
-#    same four integration tests out): Config.HostnameEndpointDuplicateIsCaseInsensitive,
+#    same four integration tests out): Config.EveryKeyFromFile (which then crashes on the empty
+#    endpoint list), Config.HostnameEndpointDuplicateIsCaseInsensitive,
 #    RenderConfig.IsLoadableTomlThatRoundTrips, Upstream.UnresolvableHostnameIsAWarningNotFatal,
 #    Lifecycle.BadConfigurationsExitOneWithMessage, Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond,
 #    Notify.SocketActivationPassedAddressIsNeverUsedByName.
@@ -24,6 +25,9 @@
 #    ControlPlane.FailingChecksAreTheReason, ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst,
 #    ControlPlane.StrandedOnDown503MoveOnceAnotherIsUp, ControlPlane.StrandedOnDownEtcdMoveOnceAnotherIsUp,
 #    Credentials.UntrustedFromTheStartFailsOpenEvenFailClosed.
+# On a loaded machine more of the timing tests fail the same way: with the amd64 static build
+# running beside it (load average 8 on 2 cores) six others did (ControlPlane, Credentials, Notify,
+# Rebalance, ProbeKeepalive.KeptConnectionEndedIsChecked). Not for CI.
 # ARM64_TIME_SCALE (default 1) is passed to the harness as KPRISM_TEST_TIME_SCALE: its deadlines
 # are that many times longer.
 # Ends with "test: N passed, M failed" (tests/run.sh), after a line naming what was left out.
@@ -46,7 +50,7 @@ done
 if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
     echo "arm64: note: binfmt_misc has qemu-aarch64 registered; this run does not rely on it"
 fi
-ARM64_SKIP=${ARM64_SKIP-Config.HostnameEndpointDuplicateIsCaseInsensitive:RenderConfig.IsLoadableTomlThatRoundTrips:Upstream.UnresolvableHostnameIsAWarningNotFatal:Lifecycle.BadConfigurationsExitOneWithMessage:Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond:Notify.SocketActivationPassedAddressIsNeverUsedByName:RestartInPlace.*:ProbeKeepalive.ChunkedFailureKeepsTheConnection:ProbeKeepalive.ClosedBeforeAnAnswerMovesToANewConnectionOnce:ProbeKeepalive.NewConnectionEveryIntervalResumed:ProbeKeepalive.ProbesReuseOneConnection:ProbeKeepalive.RotationOpensANewConnection:ProbeKeepalive.TimeoutAfterTheHandshakeKeepsTheSession:Health.SessionsAreResumed:Health.RiseFallAndFastRecheck:ControlPlane.FailingChecksAreTheReason:ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst:ControlPlane.StrandedOnDown503MoveOnceAnotherIsUp:ControlPlane.StrandedOnDownEtcdMoveOnceAnotherIsUp:Credentials.UntrustedFromTheStartFailsOpenEvenFailClosed}
+ARM64_SKIP=${ARM64_SKIP-Config.EveryKeyFromFile:Config.HostnameEndpointDuplicateIsCaseInsensitive:RenderConfig.IsLoadableTomlThatRoundTrips:Upstream.UnresolvableHostnameIsAWarningNotFatal:Lifecycle.BadConfigurationsExitOneWithMessage:Notify.ReadyAtTheLatestAfterHealthTimeoutPlusOneSecond:Notify.SocketActivationPassedAddressIsNeverUsedByName:RestartInPlace.*:ProbeKeepalive.ChunkedFailureKeepsTheConnection:ProbeKeepalive.ClosedBeforeAnAnswerMovesToANewConnectionOnce:ProbeKeepalive.NewConnectionEveryIntervalResumed:ProbeKeepalive.ProbesReuseOneConnection:ProbeKeepalive.RotationOpensANewConnection:ProbeKeepalive.TimeoutAfterTheHandshakeKeepsTheSession:Health.SessionsAreResumed:Health.RiseFallAndFastRecheck:ControlPlane.FailingChecksAreTheReason:ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst:ControlPlane.StrandedOnDown503MoveOnceAnotherIsUp:ControlPlane.StrandedOnDownEtcdMoveOnceAnotherIsUp:Credentials.UntrustedFromTheStartFailsOpenEvenFailClosed}
 echo "arm64: $($QEMU --version | head -1); left out (see tests/arm64/run.sh for why): ${ARM64_SKIP:-nothing}"
 export KPRISM_BIN=$w/kprism KPRISM_STANDIN=$w/kprism-standin KPRISM_TEST_TIME_SCALE=${ARM64_TIME_SCALE:-1}
 [ -n "$ARM64_SKIP" ] && export GTEST_FILTER="-$ARM64_SKIP"
