@@ -14,6 +14,7 @@
 #   mk/faults.mk    fault injection and the soak
 #   mk/scenarios.mk the control-plane scenarios beside HAProxy
 #   mk/chaos.mk     make chaos: seeded random events, invariants checked
+#   mk/arm64.mk     the arm64 cross build and its tests under qemu-user
 #   mk/deps.mk      make deps
 #   mk/runtime.mk   make test-runtime: the static pods under podman, the extension under runc
 #   mk/help.mk      make help (mk/help.awk): a target's `## ` comment on its rule line is its line
@@ -22,4 +23,4 @@
 .DEFAULT_GOAL := all
 
 include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
-	mk/chaos.mk mk/runtime.mk mk/deps.mk mk/help.mk
+	mk/chaos.mk mk/runtime.mk mk/arm64.mk mk/deps.mk mk/help.mk

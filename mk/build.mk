@@ -43,7 +43,7 @@ $(BUILD)/obj $(BUILD)/tests:
 
 # Emptied first: `ar r` alone would keep the members of sources since removed or renamed.
 $(BUILD)/libkprism.a: $(LIB_OBJS)
-	rm -f $@ && ar rcs $@ $^
+	rm -f $@ && $(AR) rcs $@ $^
 
 # version.o is rebuilt when the version string changes.
 $(BUILD)/version.stamp: FORCE | $(BUILD)/obj
@@ -76,7 +76,7 @@ $(BUILD)/kprism-standin: $(STANDIN_OBJ) $(BUILD)/libkprism.a
 # The Go stand-in for kube-apiserver (tests/apiserver/README.md): Go standard library only, built
 # offline (GOPROXY=off) with its build cache and GOPATH inside $(BUILD).
 GO ?= go
-GO_ENV = CGO_ENABLED=0 GOFLAGS=-trimpath GOPROXY=off GOCACHE=$(abspath $(BUILD))/go-cache GOPATH=$(abspath $(BUILD))/go-path
+GO_ENV = CGO_ENABLED=0 $(if $(ARCH),GOARCH=$(ARCH)) GOFLAGS=-trimpath GOPROXY=off GOCACHE=$(abspath $(BUILD))/go-cache GOPATH=$(abspath $(BUILD))/go-path
 $(BUILD)/kprism-apiserver: $(wildcard tests/apiserver/*.go) tests/apiserver/go.mod
 	@mkdir -p $(@D)
 	cd tests/apiserver && $(GO_ENV) $(GO) build -o $(abspath $@) .

@@ -5,23 +5,30 @@
 PREFIX ?= /usr/local
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DESTDIR ?=
+## ARCH=: arm64 cross-compiles for arm64 into build/arm64 (aarch64-linux-gnu-, the packages of `make deps-arm64`)
+ARCH ?=
+## CROSS=: a cross toolchain prefix such as aarch64-linux-gnu- (ARCH=arm64 sets it): its g++ and ar, the triplet's .pc files
+CROSS ?= $(if $(filter arm64,$(ARCH)),aarch64-linux-gnu-)
 ## BUILD=build: the build directory (objects, binaries, tests); one per configuration
-BUILD ?= build
+BUILD ?= build$(if $(ARCH),/$(ARCH))
 CXX ?= g++
+# pkg-config reads the .pc files of the target's multiarch directory (the :arm64 -dev packages for
+# aarch64-linux-gnu-) and the architecture-independent ones; the library lists below come from it
+# for every architecture alike.
+PKG_CONFIG ?= pkg-config
+ifneq ($(CROSS),)
+CXX := $(CROSS)g++
+AR := $(CROSS)ar
+PKG_CONFIG := PKG_CONFIG_LIBDIR=/usr/lib/$(CROSS:-=)/pkgconfig:/usr/share/pkgconfig pkg-config
+endif
 ## VERSION=`git describe`: the version string compiled into kprism
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo 0.1.0)
 # The release version, from the Debian changelog's first entry without its Debian revision: what
 # the Talos extension manifest carries (VERSION above may be a commit hash between releases).
 RELEASE := $(shell sed -n '1s/^kprism (\([^-)]*\).*/\1/p' packaging/debian/changelog)
 
-PKGS := libuv fmt openssl
-# c-ares (src/base/resolver.cc resolves hostname endpoints with it): its compile and link flags are
-# named here and nowhere else. CARES_PKG is the pkg-config module; a cross build (arm64) points
-# pkg-config at the target's libcares (libc-ares-dev:arm64) or overrides CARES_LIBS/CARES_CFLAGS.
-## CARES_PKG=libcares: the pkg-config module of c-ares; CARES_LIBS and CARES_CFLAGS hold its flags
-CARES_PKG ?= libcares
-CARES_CFLAGS = $(shell pkg-config --cflags $(CARES_PKG))
-CARES_LIBS = $(shell pkg-config --libs $(if $(filter 1,$(STATIC)),--static) $(CARES_PKG))
+# The libraries, by pkg-config module; libcares resolves hostname endpoints (src/base/resolver.cc).
+PKGS := libuv fmt openssl libcares
 # WITH_SYSTEMD=0 drops libsystemd (static builds); src/base/sd_notify.cc then speaks the sd_notify and
 # socket-activation protocol itself, with the same behaviour.
 ## WITH_SYSTEMD=1: 0 builds without libsystemd, speaking the same protocol itself
@@ -38,7 +45,7 @@ SAN ?=
 OPT ?= -O2
 
 CXXFLAGS_BASE = -std=c++20 $(OPT) -g -Wall -Wextra -Wshadow=local -Wno-missing-field-initializers \
-	-Iinclude $(shell pkg-config --cflags $(PKGS)) $(CARES_CFLAGS)
+	-Iinclude $(shell $(PKG_CONFIG) --cflags $(PKGS))
 ifeq ($(WERROR),1)
 CXXFLAGS_BASE += -Werror
 endif
@@ -83,7 +90,8 @@ endif
 CXXFLAGS += $(CXXFLAGS_BASE)
 # Deferred (=) so `make deps all` works before pkg-config and the -dev packages are installed.
 ifeq ($(STATIC),1)
-LDLIBS = $(shell pkg-config --libs --static libuv-static openssl) $(CARES_LIBS)
+# The static libraries of PKGS: libuv's static .pc is libuv-static; fmt is header-only here.
+LDLIBS = $(shell $(PKG_CONFIG) --libs --static $(patsubst libuv,libuv-static,$(filter-out fmt,$(PKGS))))
 else
-LDLIBS = $(shell pkg-config --libs $(PKGS)) $(CARES_LIBS)
+LDLIBS = $(shell $(PKG_CONFIG) --libs $(PKGS))
 endif

@@ -20,7 +20,7 @@ FUZZ_SECONDS ?= 600
 FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_JOBS ?= 2
 FUZZ_CXXFLAGS = -std=c++20 -O1 -g -Wall -Wextra -Wno-missing-field-initializers -Iinclude \
-	$(shell pkg-config --cflags $(PKGS)) $(CARES_CFLAGS) -DKPRISM_WITH_SYSTEMD=$(WITH_SYSTEMD) \
+	$(shell pkg-config --cflags $(PKGS)) -DKPRISM_WITH_SYSTEMD=$(WITH_SYSTEMD) \
 	-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_LIB_OBJS := $(LIB_SRCS:src/%.cc=$(FUZZ_DIR)/obj/%.o)
 FUZZ_BINS := $(addprefix $(FUZZ_DIR)/,$(FUZZ_TARGETS))

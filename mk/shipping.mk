@@ -3,7 +3,7 @@
 
 ##@ Shipping
 
-.PHONY: test-shipping test-systemd test-hardening static test-static talos-extension test-packaging \
+.PHONY: test-shipping test-systemd test-hardening static test-static talos-extension talos-arm64 test-packaging \
 	images test-images install deb test-deb test-systemd-real
 
 # About three minutes on two cores, most of it compiling the static binary and the package.
@@ -46,6 +46,8 @@ test-static: static $(BUILD)/kprism-standin $(BUILD)/tests/integration ## the st
 ## TALOS_BIN=build/static/kprism: the binary `make talos-extension` puts in the extension (tests only)
 TALOS_BIN ?= build/static/kprism
 TALOS_TREE := build/talos-extension
+# The static binaries (`make static`, `make static-arm64`): any other TALOS_BIN is for tests only.
+STATIC_BINS := build/static/kprism build/arm64-static/kprism
 talos-extension: $(if $(filter build/static/kprism,$(TALOS_BIN)),static,$(TALOS_BIN)) ## assemble and validate the Talos extension tree build/talos-extension/
 	rm -rf $(TALOS_TREE)
 	install -d -m 0755 $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism \
@@ -56,7 +58,7 @@ talos-extension: $(if $(filter build/static/kprism,$(TALOS_BIN)),static,$(TALOS_
 	install -m 0644 talos-extension/kprism.yaml $(TALOS_TREE)/rootfs/usr/local/etc/containers/kprism.yaml
 	install -m 0755 $(TALOS_BIN) $(TALOS_TREE)/rootfs/usr/local/lib/containers/kprism/kprism
 	chmod -R go-w $(TALOS_TREE)
-	talos-extension/validate.py $(if $(filter build/static/kprism,$(TALOS_BIN)),,--allow-dynamic) \
+	talos-extension/validate.py $(if $(filter $(STATIC_BINS),$(TALOS_BIN)),,--allow-dynamic) \
 		$(foreach r,worker controlplane,--patch $(r) talos-extension/examples/$(r).patch.yaml \
 		--patch $(r) talos-extension/examples/$(r)-1.14.patch.yaml \
 		--pod-patch $(r) talos-extension/examples/static-pod-$(r).patch.yaml \
@@ -68,10 +70,18 @@ test-packaging: talos-extension $(BUILD)/kprism ## the Talos extension tree, the
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) TALOS_TREE=$(abspath $(TALOS_TREE)) \
 		TALOS_ALLOW_DYNAMIC=$(if $(filter build/static/kprism,$(TALOS_BIN)),0,1) tests/packaging/run.sh
 
+# The same tree for arm64, build/talos-extension-arm64/, with build/arm64-static/kprism.
+talos-arm64: static-arm64 ## the Talos extension tree for arm64, build/talos-extension-arm64/ (make deps-arm64)
+	$(MAKE) --no-print-directory talos-extension TALOS_BIN=build/arm64-static/kprism TALOS_TREE=build/talos-extension-arm64
+
 # Both OCI images built with buildah (FROM scratch, no daemon, no registry) into
 # build/images/kprism-talos.oci.tar and build/images/kprism.oci.tar, and their content checked.
-images test-images: talos-extension ## both OCI images built with buildah into build/images/, their content checked
-	tests/packaging/images.sh
+# Each is an image index naming every platform of IMAGE_PLATFORMS, one image per platform built
+# from that platform's static binary and extension tree (arm64: `make deps-arm64` first).
+## IMAGE_PLATFORMS=linux/amd64 linux/arm64: the platforms the images are built for (linux/amd64 alone needs no cross toolchain)
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+images test-images: talos-extension $(if $(filter linux/arm64,$(IMAGE_PLATFORMS)),talos-arm64) ## both OCI images built with buildah into build/images/, for every platform of IMAGE_PLATFORMS; their content checked
+	IMAGE_PLATFORMS='$(IMAGE_PLATFORMS)' tests/packaging/images.sh
 
 SYSTEMD_UNITS := kprism.service kprism.socket kprism-admin.socket kprism-cert.path kprism-cert.service
 install: $(BUILD)/kprism ## binary, man pages, example, discovery RBAC, systemd units (PREFIX, DESTDIR, SYSTEMDUNITDIR)

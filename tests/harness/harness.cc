@@ -23,8 +23,17 @@
 
 namespace it {
 
+std::chrono::milliseconds scaled(std::chrono::milliseconds timeout) {
+    static const long scale = [] {
+        const char* v = getenv("KPRISM_TEST_TIME_SCALE");
+        long n = v ? std::strtol(v, nullptr, 10) : 1;
+        return n >= 1 && n <= 100 ? n : 1;
+    }();
+    return timeout * scale;
+}
+
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds timeout) {
-    auto deadline = Clock::now() + timeout;
+    auto deadline = Clock::now() + scaled(timeout);
     for (;;) {
         if (cond()) return true;
         if (Clock::now() >= deadline) return false;
@@ -369,7 +378,7 @@ static bool wait_readable(int fd, Clock::time_point deadline) {
 }
 
 size_t recv_exact(int fd, void* p, size_t n, std::chrono::milliseconds timeout) {
-    auto deadline = Clock::now() + timeout;
+    auto deadline = Clock::now() + scaled(timeout);
     size_t got = 0;
     auto* c = static_cast<char*>(p);
     while (got < n) {
@@ -382,7 +391,7 @@ size_t recv_exact(int fd, void* p, size_t n, std::chrono::milliseconds timeout) 
 }
 
 std::string recv_until_eof(int fd, int* err, std::chrono::milliseconds timeout) {
-    auto deadline = Clock::now() + timeout;
+    auto deadline = Clock::now() + scaled(timeout);
     std::string out;
     char buf[65536];
     if (err) *err = ETIMEDOUT;

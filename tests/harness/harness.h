@@ -17,7 +17,11 @@ namespace it {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-// Polls `cond` every few milliseconds until it holds or `timeout` passes.
+// `timeout` times KPRISM_TEST_TIME_SCALE (a whole number, default 1; `make test-arm64` sets it for
+// binaries under emulation). Every deadline of the harness below goes through it.
+std::chrono::milliseconds scaled(std::chrono::milliseconds timeout);
+
+// Polls `cond` every few milliseconds until it holds or `timeout` (scaled) passes.
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds timeout = 5000ms);
 
 // A loopback TCP port that was free a moment ago.
