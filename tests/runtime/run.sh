@@ -150,12 +150,22 @@ else
     bad "podman load: $out"
 fi
 mkdir -p "$T/ext"
+# The archive holds an image index naming each platform (tests/packaging/images.sh): this
+# machine's image is the one runc runs.
 if python3 - build/images/kprism-talos.oci.tar "$T/ext" <<'PY'
-import io, json, sys, tarfile
+import io, json, platform, sys, tarfile
 arc, dst = sys.argv[1], sys.argv[2]
+arch = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
 with tarfile.open(arc) as t:
     blob = lambda d: t.extractfile("blobs/" + d.replace(":", "/")).read()
-    manifest = json.loads(blob(json.load(t.extractfile("index.json"))["manifests"][0]["digest"]))
+    top = json.load(t.extractfile("index.json"))["manifests"][0]
+    doc = json.loads(blob(top["digest"]))
+    if "manifests" in doc:  # an index: this platform's image
+        ours = [m for m in doc["manifests"] if m["platform"]["architecture"] == arch]
+        if len(ours) != 1:
+            sys.exit(f"{arc}: {len(ours)} images for linux/{arch}")
+        doc = json.loads(blob(ours[0]["digest"]))
+    manifest = doc
     for layer in manifest["layers"]:
         with tarfile.open(fileobj=io.BytesIO(blob(layer["digest"]))) as lt:
             lt.extractall(dst, numeric_owner=True)
