@@ -45,6 +45,16 @@ std::string zone(const std::vector<std::string>& a, const std::string& mode = "n
 // The upstream name of an address of the hostname endpoint.
 std::string label(const std::string& ip, int port) { return kName + "@" + ip + ":" + std::to_string(port); }
 
+// n client connections through kprism, each opened and closed at once: each counts once in the
+// connections_total of the upstream it was sent to.
+void connect_and_close(int port, int n) {
+    for (int i = 0; i < n; ++i) {
+        int fd = connect_to(port);
+        EXPECT_GE(fd, 0);
+        if (fd >= 0) ::close(fd);
+    }
+}
+
 long connections_total(int admin_port, const std::string& upstream) {
     std::string m = body_of(http_get(admin_port, "/metrics"));
     std::string key = "kprism_upstream_connections_total{upstream=\"" + upstream + "\"} ";
@@ -143,11 +153,7 @@ TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
     b.set("500");
     dns.set_zone(zone({"127.0.0.2", "127.0.0.3"}));
     ASSERT_TRUE(k.wait_output("msg=\"endpoint address added; checked before use\" upstream=" + lb)) << k.output();
-    for (int i = 0; i < 12; ++i) {
-        int fd = connect_to(k.port);
-        EXPECT_GE(fd, 0);
-        if (fd >= 0) ::close(fd);
-    }
+    connect_and_close(k.port, 12);
     EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 13; }));
     EXPECT_EQ(connections_total(k.admin_port, lb), 0);
     b.set("200");
@@ -163,11 +169,7 @@ TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
     std::string status = body_of(http_get(k.admin_port, "/status"));
     EXPECT_EQ(status.find("\"address\":\"" + la + "\""), std::string::npos) << status;
     EXPECT_NE(status.find("\"address\":\"" + lb + "\""), std::string::npos) << status;
-    for (int i = 0; i < 6; ++i) {
-        int fd = connect_to(k.port);
-        EXPECT_GE(fd, 0);
-        if (fd >= 0) ::close(fd);
-    }
+    connect_and_close(k.port, 6);
     EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, lb) >= 6; }));
 }
 
