@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,28 @@ long connections_total(int admin_port, const std::string& upstream) {
     size_t at = m.find(key);
     return at == std::string::npos ? -1 : std::stol(m.substr(at + key.size()));
 }
+
+// Where the tests of a name's changing answer start: the name resolves to 127.0.0.2 only, an
+// apiserver listens there, kprism (drain_timeout 400ms) has it up and one client connection on it.
+struct OneAddressWithAConnection {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a{pki, "a", false, "127.0.0.2", port};
+    const std::string la = label("127.0.0.2", port), lb = label("127.0.0.3", port);
+    std::optional<Kprism> k;
+    int on_a = -1;
+
+    void start() {
+        dns.set_zone(zone({"127.0.0.2"}));
+        k.emplace(std::vector<std::string>{kName + ":" + std::to_string(port)},
+                  tls_flags(pki, {"--drain-timeout", "400ms"}), Spawn{{dns.dns_env()}, {}});
+        ASSERT_TRUE(k->wait_output("msg=\"upstream up\" upstream=" + la)) << k->output();
+        on_a = connect_to(k->port);
+        ASSERT_GE(on_a, 0);
+        ASSERT_TRUE(eventually([&] { return connections_total(k->admin_port, la) == 1; }));
+    }
+};
 
 }  // namespace
 
@@ -128,23 +151,18 @@ TEST(Hostname, VerifiedNameIsTheHostname) {
 // loses an address: that upstream leaves once the other is up, its connections drain
 // (drain_timeout). A resolution that fails (SERVFAIL) or times out changes nothing.
 TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
-    Pki pki;
-    DnsServer dns;
-    const int port = free_port();
-    Apiserver a(pki, "a", false, "127.0.0.2", port), b(pki, "b", false, "127.0.0.3", port);
-    dns.set_zone(zone({"127.0.0.2"}));
-    Kprism k({kName + ":" + std::to_string(port)}, tls_flags(pki, {"--drain-timeout", "400ms"}),
-             Spawn{{dns.dns_env()}, {}});
-    const std::string la = label("127.0.0.2", port), lb = label("127.0.0.3", port);
-    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + la)) << k.output();
-    int on_a = connect_to(k.port);
-    ASSERT_GE(on_a, 0);
-    ASSERT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 1; }));
+    OneAddressWithAConnection s;
+    ASSERT_NO_FATAL_FAILURE(s.start());
+    Apiserver b(s.pki, "b", false, "127.0.0.3", s.port);  // not in the answer yet
+    Kprism& k = *s.k;
+    DnsServer& dns = s.dns;
+    const std::string &la = s.la, &lb = s.lb;
+    const int on_a = s.on_a;
 
     // Failing answers keep what there is.
     dns.set_zone(zone({}, "servfail"));
     EXPECT_TRUE(k.wait_output("msg=\"cannot resolve endpoint; will retry\" upstream=" + kName + ":" +
-                              std::to_string(port) + " error=failed"))
+                              std::to_string(s.port) + " error=failed"))
         << k.output();
     EXPECT_NE(k.output().find("addresses_kept=1"), std::string::npos) << k.output();
     EXPECT_TRUE(still_open(on_a));
@@ -176,18 +194,12 @@ TEST(Hostname, AnAddressGainedIsCheckedOneLostDrains) {
 // A name whose every address is replaced at once: the old one stays, and its connections with
 // it, until a new one is up, so kprism never has nothing to send to (discovery's removal rule).
 TEST(Hostname, ReplacedAddressesLeaveOnceANewOneIsUp) {
-    Pki pki;
-    DnsServer dns;
-    const int port = free_port();
-    Apiserver a(pki, "a", false, "127.0.0.2", port);
-    dns.set_zone(zone({"127.0.0.2"}));
-    Kprism k({kName + ":" + std::to_string(port)}, tls_flags(pki, {"--drain-timeout", "400ms"}),
-             Spawn{{dns.dns_env()}, {}});
-    const std::string la = label("127.0.0.2", port), lb = label("127.0.0.3", port);
-    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + la)) << k.output();
-    int on_a = connect_to(k.port);
-    ASSERT_GE(on_a, 0);
-    ASSERT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 1; }));
+    OneAddressWithAConnection s;
+    ASSERT_NO_FATAL_FAILURE(s.start());
+    Kprism& k = *s.k;
+    DnsServer& dns = s.dns;
+    const std::string &la = s.la, &lb = s.lb;
+    const int on_a = s.on_a;
     dns.set_zone(zone({"127.0.0.3"}));  // nothing listens there yet
     EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; removal waits until an upstream that "
                               "stays is up\" upstream=" + la))
@@ -205,7 +217,7 @@ TEST(Hostname, ReplacedAddressesLeaveOnceANewOneIsUp) {
     EXPECT_TRUE(eventually([&] { return connections_total(k.admin_port, la) == 2; }))
         << body_of(http_get(k.admin_port, "/metrics"));
     if (fd >= 0) ::close(fd);
-    Apiserver b(pki, "b", false, "127.0.0.3", port);
+    Apiserver b(s.pki, "b", false, "127.0.0.3", s.port);
     EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + lb, 8000ms)) << k.output();
     EXPECT_TRUE(k.wait_output("msg=\"endpoint address no longer resolved; its connections drain\" upstream=" + la))
         << k.output();
