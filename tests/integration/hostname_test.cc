@@ -3,7 +3,8 @@
 // in front of TLS stand-ins on 127.0.0.2 and 127.0.0.3 (one port): every address a checked upstream
 // named by the hostname, the hostname as SNI and verified name, an address gained (checked before
 // use) and lost (drained), a failed resolution that changes nothing, the cap, a silent server, a
-// reload that removes and adds the name. (A restart's handover of a name's addresses: handover_test.cc.)
+// reload that removes and adds the name, refused ranges in an answer skipped. (A restart's
+// handover of a name's addresses: handover_test.cc.)
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -301,4 +302,41 @@ TEST(Hostname, UnresolvedNameIsShownWithWhy) {
     EXPECT_EQ(status.find("{\"address\":\"" + name + "\""), std::string::npos) << status;
     EXPECT_NE(status.find("{\"address\":\"" + label("127.0.0.2", up.port()) + "\""), std::string::npos) << status;
     EXPECT_EQ(status.find("not resolved"), std::string::npos) << status;
+}
+
+// A name's answer goes through the address rules discovery uses, loopback aside: 0.0.0.0 (what a
+// DNS sinkhole answers; Linux connects it to loopback) and 169.254.169.254 (link-local) are
+// skipped with one warning each, naming the name and the address, and not again on each
+// resolution; the good address beside them is the one upstream.
+TEST(Hostname, RefusedRangesInTheAnswerAreSkippedWithOneWarning) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port);
+    dns.set_zone(zone({"0.0.0.0", "169.254.169.254", "127.0.0.2"}));
+    const std::string name = kName + ":" + std::to_string(port);
+    Kprism k({name}, tls_flags(pki), Spawn{{dns.dns_env()}, {}});
+    const std::string warn = "msg=\"endpoint resolves to an address in a refused range; skipping that address\" upstream=" + name;
+    EXPECT_TRUE(k.wait_output(warn + " address=0.0.0.0:" + std::to_string(port) + " range=unspecified")) << k.output();
+    EXPECT_TRUE(k.wait_output(warn + " address=169.254.169.254:" + std::to_string(port) + " range=link-local"))
+        << k.output();
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port))) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name + " addresses=127.0.0.2:" +
+                              std::to_string(port)))
+        << k.output();
+    // Two more resolutions (resolve_interval 1s) with the same answer: no new warning.
+    const size_t asked = dns.queries(kName, "udp");
+    EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked + 4; })) << dns.output();  // A and AAAA, twice
+    EXPECT_EQ(k.count_output("in a refused range"), 2u) << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("\"address\":\"" + label("127.0.0.2", port) + "\""), std::string::npos) << status;
+    EXPECT_EQ(status.find("0.0.0.0"), std::string::npos) << status;
+    EXPECT_EQ(status.find("169.254.169.254"), std::string::npos) << status;
+    EXPECT_EQ(body_of(http_get(k.admin_port, "/metrics")).find("169.254.169.254"), std::string::npos);
+    // A changed answer that brings a refused address back after it was gone warns again.
+    dns.set_zone(zone({"127.0.0.2"}));
+    const size_t asked2 = dns.queries(kName, "udp");
+    EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked2 + 4; })) << dns.output();
+    dns.set_zone(zone({"0.0.0.0", "127.0.0.2"}));
+    EXPECT_TRUE(eventually([&] { return k.count_output("in a refused range") == 3u; })) << k.output();
 }
