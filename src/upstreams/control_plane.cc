@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <type_traits>
+#include <utility>
 
 #include "kprism/proxy/connection.h"
 #include "kprism/discovery/membership.h"
@@ -757,6 +758,24 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
             leave_name(*u, true, nullptr, 0);
             changed = true;
         }
+    }
+    // While no upstream is up the addresses lost wait; an answer that changes at every resolution
+    // would otherwise pile them up until every slot is held. At most kMaxNameAddresses wait per
+    // name: past that the oldest leave at once, their connections drained.
+    std::vector<std::pair<long, Upstream*>> waiting;
+    for (Upstream* u : addresses_of(n))
+        if (long place = membership_->departing_place(*u); place >= 0) waiting.emplace_back(place, u);
+    if (waiting.size() > kMaxNameAddresses) {
+        std::sort(waiting.begin(), waiting.end());
+        const auto drain = static_cast<uint64_t>(config().s.drain_timeout.count());
+        for (size_t i = 0; i + kMaxNameAddresses < waiting.size(); ++i) {
+            membership_->keep(*waiting[i].second);  // out of the departing list: removed here instead
+            remove_upstream(*waiting[i].second,
+                            "endpoint address no longer resolved; removed at once: its name has too many "
+                            "addresses waiting to leave",
+                            drain);
+        }
+        changed = true;
     }
     if (changed) srv_.health_changed();
 }
