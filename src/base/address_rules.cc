@@ -125,6 +125,11 @@ const char* refused_range(const sockaddr* sa) {
     return nullptr;
 }
 
+const char* refused_name_range(const sockaddr* sa) {
+    const char* r = refused_range(sa);
+    return r && std::strcmp(r, "loopback") == 0 ? nullptr : r;
+}
+
 namespace {
 
 // Does the listener `l` (a wildcard one included) take connections of `t`'s family?

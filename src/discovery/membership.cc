@@ -265,6 +265,11 @@ void Membership::depart(const Upstream& u) {
     settle_departures();
 }
 
+long Membership::departing_place(const Upstream& u) const {
+    auto it = std::find(departing_.begin(), departing_.end(), canonical(u));
+    return it == departing_.end() ? -1 : static_cast<long>(it - departing_.begin());
+}
+
 void Membership::keep(Upstream& u) {
     departing_.erase(std::remove(departing_.begin(), departing_.end(), canonical(u)), departing_.end());
     u.removal_waits = false;

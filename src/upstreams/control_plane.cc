@@ -16,6 +16,7 @@
 #include <cstring>
 #include <ctime>
 #include <type_traits>
+#include <utility>
 
 #include "kprism/proxy/connection.h"
 #include "kprism/discovery/membership.h"
@@ -665,7 +666,7 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
         return;
     }
     n.failed_logged = false;
-    n.shown.last_error = "resolves only to other endpoints' addresses or kprism's own";
+    n.shown.last_error = "resolves only to other endpoints' addresses, kprism's own, or refused ranges";
     if (r.total > r.addresses.size()) {
         if (!n.over_cap_logged)
             log::warn("endpoint resolves to more addresses than the limit; keeping the first in address order",
@@ -676,12 +677,23 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
         n.over_cap_logged = false;
     }
     // Never one of kprism's own listeners: a name that resolves to kprism itself would nest each
-    // client connection into kprism.
+    // client connection into kprism. Never an address in a range discovery refuses either
+    // (unspecified, link-local, multicast, ...: a DNS sinkhole answers 0.0.0.0, which Linux
+    // connects to loopback), except loopback itself, which a name may mean ("localhost").
     const OwnListeners& own = own_listeners();
     std::vector<sockaddr_storage> want;
+    std::vector<std::string> refused;
     std::string self, all;
     for (sockaddr_storage ss : r.addresses) {
         reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(n.addr.port);  // same offset for v6
+        if (const char* range = refused_name_range(as_sockaddr(ss))) {
+            const std::string a = sockaddr_str(ss);
+            if (std::find(n.refused.begin(), n.refused.end(), a) == n.refused.end())
+                log::warn("endpoint resolves to an address in a refused range; skipping that address",
+                          {{"upstream", n.name}, {"address", a}, {"range", range}});
+            refused.push_back(a);
+            continue;
+        }
         if (own.contains(as_sockaddr(ss))) {
             self += (self.empty() ? "" : ",") + sockaddr_str(ss);
             continue;
@@ -689,6 +701,7 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
         all += (all.empty() ? "" : ",") + sockaddr_str(ss);
         want.push_back(ss);
     }
+    n.refused = std::move(refused);  // an address warned about again only once it was absent
     if (self != n.skipped_self) {
         if (!self.empty())
             log::warn("endpoint resolves to an address kprism listens on; skipping that address",
@@ -746,6 +759,24 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
             changed = true;
         }
     }
+    // While no upstream is up the addresses lost wait; an answer that changes at every resolution
+    // would otherwise pile them up until every slot is held. At most kMaxNameAddresses wait per
+    // name: past that the oldest leave at once, their connections drained.
+    std::vector<std::pair<long, Upstream*>> waiting;
+    for (Upstream* u : addresses_of(n))
+        if (long place = membership_->departing_place(*u); place >= 0) waiting.emplace_back(place, u);
+    if (waiting.size() > kMaxNameAddresses) {
+        std::sort(waiting.begin(), waiting.end());
+        const auto drain = static_cast<uint64_t>(config().s.drain_timeout.count());
+        for (size_t i = 0; i + kMaxNameAddresses < waiting.size(); ++i) {
+            membership_->keep(*waiting[i].second);  // out of the departing list: removed here instead
+            remove_upstream(*waiting[i].second,
+                            "endpoint address no longer resolved; removed at once: its name has too many "
+                            "addresses waiting to leave",
+                            drain);
+        }
+        changed = true;
+    }
     if (changed) srv_.health_changed();
 }
 
@@ -758,7 +789,8 @@ Upstream* ControlPlane::upstream_for_handover(const std::string& name) {
     if (!parse_name_address_label(name, host, ip) || !ip_to_sockaddr(ip.host, ip.port, ss)) return nullptr;
     for (auto& n : names_) {
         if (n->addr.port != ip.port || strcasecmp(n->addr.host.c_str(), host.c_str()) != 0) continue;
-        if (find_address(ss) || own_listeners().contains(as_sockaddr(ss))) return nullptr;
+        if (find_address(ss) || refused_name_range(as_sockaddr(ss)) || own_listeners().contains(as_sockaddr(ss)))
+            return nullptr;
         Upstream* u = ups_.add_name_address(n->addr, ss, n->zone, n->server_name);
         if (!u) return nullptr;
         log::info("endpoint address added from the handover; checked, and kept while the name resolves to it",

@@ -3,7 +3,8 @@
 // in front of TLS stand-ins on 127.0.0.2 and 127.0.0.3 (one port): every address a checked upstream
 // named by the hostname, the hostname as SNI and verified name, an address gained (checked before
 // use) and lost (drained), a failed resolution that changes nothing, the cap, a silent server, a
-// reload that removes and adds the name. (A restart's handover of a name's addresses: handover_test.cc.)
+// reload that removes and adds the name, refused ranges in an answer skipped, the bound on
+// addresses waiting to leave. (A restart's handover of a name's addresses: handover_test.cc.)
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -313,4 +314,80 @@ TEST(Hostname, UnresolvedNameIsShownWithWhy) {
     EXPECT_EQ(status.find("{\"address\":\"" + name + "\""), std::string::npos) << status;
     EXPECT_NE(status.find("{\"address\":\"" + label("127.0.0.2", up.port()) + "\""), std::string::npos) << status;
     EXPECT_EQ(status.find("not resolved"), std::string::npos) << status;
+}
+
+// A name's answer goes through the address rules discovery uses, loopback aside: 0.0.0.0 (what a
+// DNS sinkhole answers; Linux connects it to loopback) and 169.254.169.254 (link-local) are
+// skipped with one warning each, naming the name and the address, and not again on each
+// resolution; the good address beside them is the one upstream.
+TEST(Hostname, RefusedRangesInTheAnswerAreSkippedWithOneWarning) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port);
+    dns.set_zone(zone({"0.0.0.0", "169.254.169.254", "127.0.0.2"}));
+    const std::string name = kName + ":" + std::to_string(port);
+    Kprism k({name}, tls_flags(pki), Spawn{{dns.dns_env()}, {}});
+    const std::string warn = "msg=\"endpoint resolves to an address in a refused range; skipping that address\" upstream=" + name;
+    EXPECT_TRUE(k.wait_output(warn + " address=0.0.0.0:" + std::to_string(port) + " range=unspecified")) << k.output();
+    EXPECT_TRUE(k.wait_output(warn + " address=169.254.169.254:" + std::to_string(port) + " range=link-local"))
+        << k.output();
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port))) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name + " addresses=127.0.0.2:" +
+                              std::to_string(port)))
+        << k.output();
+    // Two more resolutions (resolve_interval 1s) with the same answer: no new warning.
+    const size_t asked = dns.queries(kName, "udp");
+    EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked + 4; })) << dns.output();  // A and AAAA, twice
+    EXPECT_EQ(k.count_output("in a refused range"), 2u) << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("\"address\":\"" + label("127.0.0.2", port) + "\""), std::string::npos) << status;
+    EXPECT_EQ(status.find("0.0.0.0"), std::string::npos) << status;
+    EXPECT_EQ(status.find("169.254.169.254"), std::string::npos) << status;
+    EXPECT_EQ(body_of(http_get(k.admin_port, "/metrics")).find("169.254.169.254"), std::string::npos);
+    // A changed answer that brings a refused address back after it was gone warns again.
+    dns.set_zone(zone({"127.0.0.2"}));
+    const size_t asked2 = dns.queries(kName, "udp");
+    EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked2 + 4; })) << dns.output();
+    dns.set_zone(zone({"0.0.0.0", "127.0.0.2"}));
+    EXPECT_TRUE(eventually([&] { return k.count_output("in a refused range") == 3u; })) << k.output();
+}
+
+// While no upstream is up, the addresses a name loses wait to leave; an answer that changes at
+// every resolution holds at most kMaxNameAddresses (16) of them per name: past that the oldest
+// leave at once. Three answers of 16 addresses each, nothing listening: after the third, the
+// first answer's 16 are gone, the second's wait and the third's are checked (32 upstreams, not 48).
+TEST(Hostname, AddressesWaitingToLeaveAreBoundedPerName) {
+    DnsServer dns;
+    const int port = free_port();  // nothing listens: no upstream comes up
+    auto set = [](int third) {
+        std::vector<std::string> a;
+        for (int i = 1; i <= 16; ++i) a.push_back("127.0." + std::to_string(third) + "." + std::to_string(i));
+        return a;
+    };
+    const std::string name = kName + ":" + std::to_string(port), p = ":" + std::to_string(port);
+    dns.set_zone(zone(set(1)));
+    Kprism k({name}, {"--resolve-interval", "1s"}, Spawn{{dns.dns_env()}, {}});
+    for (int third : {1, 2, 3}) {
+        if (third > 1) dns.set_zone(zone(set(third)));
+        ASSERT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name + " addresses=127.0." +
+                                      std::to_string(third) + ".1" + p + ",",
+                                  6000ms))
+            << k.output();
+    }
+    EXPECT_TRUE(eventually([&] { return k.count_output("removed at once: its name has too many addresses") == 16u; }))
+        << k.output();
+    for (int i = 1; i <= 16; ++i)
+        EXPECT_NE(k.output().find("msg=\"endpoint address no longer resolved; removed at once: its name has too many "
+                                  "addresses waiting to leave\" upstream=" + label("127.0.1." + std::to_string(i), port)),
+                  std::string::npos)
+            << i;
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    for (int third : {1, 2, 3})
+        for (int i = 1; i <= 16; ++i) {
+            const bool held = status.find("\"address\":\"" + label("127.0." + std::to_string(third) + "." +
+                                                                   std::to_string(i), port) + "\"") != std::string::npos;
+            EXPECT_EQ(held, third != 1) << third << "." << i << " " << status;
+        }
+    EXPECT_EQ(k.count_output("every slot is held"), 0u) << k.output();
 }

@@ -31,6 +31,10 @@ bool parse_cidr(std::string_view s, Cidr& out, std::string* err);
 // "this network" (the rest of 0.0.0.0/8), "link-local", "multicast", "broadcast"), or nullptr. IPv4-mapped IPv6 addresses count as their IPv4 address.
 const char* refused_range(const sockaddr* sa);
 
+// The refused range a hostname endpoint's resolved address `sa` is in, or nullptr: refused_range
+// except loopback, which stays allowed for names (an operator-written "localhost:6443").
+const char* refused_name_range(const sockaddr* sa);
+
 // A socket kprism listens on: its address with the port, and whether a "::" one takes IPv6 only
 // (IPV6_V6ONLY). A "::" socket without it also accepts IPv4; a "0.0.0.0" one never accepts IPv6.
 struct OwnListener {

@@ -80,6 +80,8 @@ public:
     // once an upstream that stays is up. keep(): it resolves to it again before that.
     void depart(const Upstream& u);
     void keep(Upstream& u);
+    // `u`'s place among those waiting to leave, oldest first (0 the oldest), or -1 if it is not.
+    long departing_place(const Upstream& u) const;
     // `u` is in the admitted set (the slices, or the snapshot read at start). Never with
     // discovery off.
     bool in_discovered(const Upstream& u) const;

@@ -164,6 +164,7 @@ private:
         Upstream shown;               // what /status shows while it has no address
         std::string skipped_self;    // addresses skipped as kprism's own listeners, as warned
         std::string skipped_taken;   // addresses that are already another endpoint, as logged
+        std::vector<std::string> refused;  // addresses of the last answer in a refused range, as warned
     };
     void add_name(const Endpoint& e);
     void resolve(NamedEndpoint& n);

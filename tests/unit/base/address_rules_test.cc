@@ -47,6 +47,27 @@ TEST(RefusedRange, EachRangeAndItsMappedForm) {
         EXPECT_EQ(range(ip), "") << ip;
 }
 
+// A name's addresses: the same ranges refused, loopback (and its mapped form) allowed.
+TEST(RefusedRange, ForANameLoopbackIsAllowed) {
+    auto name_range = [](std::string_view ip) {
+        sockaddr_storage ss = sa(ip);
+        const char* r = refused_name_range(as_sockaddr(ss));
+        return std::string(r ? r : "");
+    };
+    for (const char* ip : {"127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1", "10.0.0.1", "fd00::1"})
+        EXPECT_EQ(name_range(ip), "") << ip;
+    EXPECT_EQ(name_range("0.0.0.0"), "unspecified");
+    EXPECT_EQ(name_range("::"), "unspecified");
+    EXPECT_EQ(name_range("::ffff:0.0.0.0"), "unspecified");
+    EXPECT_EQ(name_range("0.1.2.3"), "this network");
+    EXPECT_EQ(name_range("169.254.169.254"), "link-local");
+    EXPECT_EQ(name_range("::ffff:169.254.169.254"), "link-local");
+    EXPECT_EQ(name_range("fe80::1"), "link-local");
+    EXPECT_EQ(name_range("224.0.0.1"), "multicast");
+    EXPECT_EQ(name_range("ff02::1"), "multicast");
+    EXPECT_EQ(name_range("255.255.255.255"), "broadcast");
+}
+
 TEST(Cidr, ParseAndContain) {
     Cidr c = cidr("10.0.0.0/8");
     EXPECT_EQ(c.str(), "10.0.0.0/8");
