@@ -97,10 +97,19 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) KPRISM_STANDIN=$(abspath $(BUILD)/kprism-standin) \
 		PROBE_COST=$(abspath $(BUILD)/bench/probe_cost) bench/compare.sh $(if $(filter 1,$(SMOKE)),--smoke)
 
+# kprism's and HAProxy's own CPU and system calls per keep-alive request and per new connection,
+# both up at once in front of the same three nginx backends: wrk in ABBA slices (CPU) and strace -c
+# (system calls), one table with the ratios (about 1 minute; bench/cpu_compare.sh, bench/RESULTS.md).
+# CPU_ARGS=--syscalls-only counts system calls only (they do not depend on the machine's load).
+## CPU_ARGS=: passed to bench/cpu_compare.sh by `make bench-cpu` (--syscalls-only, --cpu-only)
+.PHONY: bench-cpu
+bench-cpu: $(BUILD)/kprism ## kprism vs HAProxy up at once: CPU (ABBA slices) and syscalls per request and per connection (about 1 min; bench-deps)
+	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) bench/cpu_compare.sh $(CPU_ARGS)
+
 # The packages the benchmarks need (bench-compare, bench/bulk.sh), kept out of `make deps`. The
 # distribution's nginx and haproxy services are not started meanwhile (a temporary policy-rc.d,
 # unless one exists); bench/compare.sh refuses to run if its ports are taken anyway.
-BENCH_PKGS := haproxy nginx libnginx-mod-stream wrk socat bc curl python3 iproute2
+BENCH_PKGS := haproxy nginx libnginx-mod-stream wrk socat bc curl python3 iproute2 strace
 bench-deps: ## apt-get install the benchmarks' own packages (haproxy, nginx, wrk, ...)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; prc=; \
 	if [ ! -e /usr/sbin/policy-rc.d ]; then \

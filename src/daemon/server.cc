@@ -135,6 +135,8 @@ bool Server::start(std::string& error) {
     drain_timer_.data = this;
     uv_timer_init(loop_, &half_close_timer_);
     half_close_timer_.data = this;
+    uv_timer_init(loop_, &options_timer_);
+    options_timer_.data = this;
     heartbeat_.start(loop_);
     control_.start();
     rebalancer_.start();
@@ -203,6 +205,26 @@ void Server::on_half_close_sweep(uv_timer_t* t) {
     bool any = false;
     self->conns_.for_each([&any](Connection* c) { any |= c->check_half_closed(); });
     if (!any) uv_timer_stop(t);
+}
+
+unsigned Server::upstream_options_deferred() {
+    unsigned gen = options_tick_ & 1;
+    ++options_pending_[gen];
+    if (!finished_ && !uv_is_active(h(&options_timer_)))
+        uv_timer_start(&options_timer_, on_options_sweep, kUpstreamOptionsMs, kUpstreamOptionsMs);
+    return gen;
+}
+
+// Sweep k applies the options to the connections that began waiting between sweeps k-2 and k-1
+// (those of before were done by sweep k-1): the generation k & 1. The waiting connections are the
+// newest (connections are added at the front of the list), so the walk stops soon after the last
+// of them, however many older connections there are.
+void Server::on_options_sweep(uv_timer_t* t) {
+    auto* self = static_cast<Server*>(t->data);
+    unsigned due = ++self->options_tick_ & 1;
+    for (Connection* c = self->conns_.front(); c && self->options_pending_[due] > 0; c = c->next)
+        if (c->options_waiting(due)) c->apply_deferred_options();
+    if (self->options_pending_[0] + self->options_pending_[1] == 0) uv_timer_stop(t);
 }
 
 void Server::note_client_failed(uint32_t attempts) {
@@ -295,7 +317,7 @@ void Server::finish() {
     rebalancer_.close();
     for (uv_signal_t& sig : signals_)
         if (sig.data && !uv_is_closing(h(&sig))) uv_close(h(&sig), nullptr);
-    for (uv_timer_t* t : {&drain_timer_, &half_close_timer_, &sd_.ready_timer, &sd_.watchdog_timer})
+    for (uv_timer_t* t : {&drain_timer_, &half_close_timer_, &options_timer_, &sd_.ready_timer, &sd_.watchdog_timer})
         if (t->data && !uv_is_closing(h(t))) uv_close(h(t), nullptr);
     log::info("stopped", {{"connections_served", stats_.accepted}});
 }

@@ -24,8 +24,9 @@ uv_handle_t* handle(uv_tcp_t& t) { return reinterpret_cast<uv_handle_t*>(&t); }
 
 // libuv reports UV_EOF without reading on when POLLHUP comes with bytes it has just read (the
 // short-circuit in uv__stream_io), so a peer's RST that arrives together with its last bytes looks
-// like a FIN, and would be passed on as one. The socket's pending error tells them apart; one
-// getsockopt per connection end.
+// like a FIN, and would be passed on as one. The socket's pending error tells them apart. Only that
+// EOF needs the getsockopt: it comes with a null buffer, while an EOF that read(2) returned (0: the
+// peer's FIN, read in order) comes with the buffer on_alloc gave it.
 bool reset_pending(uv_tcp_t& t) {
     uv_os_fd_t fd;
     int err = 0;
@@ -102,7 +103,16 @@ void Connection::start_attempt() {
     upstream_.tcp.data = this;
     upstream_.open = true;
     open_handles_++;
-    apply_tcp_options(&upstream_.tcp, srv_.config().s);
+    // The options wait for the Server's sweep (sockopt.h): a short connection costs no setsockopt.
+    // Not a user timeout under a second, which could act before the sweep (0, none, does not).
+    const auto user_timeout = srv_.config().s.tcp_user_timeout;
+    if (options_swept_ || (user_timeout.count() > 0 && user_timeout < std::chrono::seconds(1))) {
+        apply_tcp_options(&upstream_.tcp, srv_.config().s);
+        upstream_.nodelay = true;
+    } else if (!options_deferred_) {
+        options_deferred_ = true;
+        options_gen_ = static_cast<uint8_t>(srv_.upstream_options_deferred());
+    }
     creq_ = srv_.pools().connects.get();
     if (!creq_) {
         attempt_failed(ConnectFailure::other, "out of memory", false);
@@ -307,6 +317,29 @@ bool Connection::close_later_for_down(uint64_t delay_ms) {
     return true;
 }
 
+void Connection::apply_deferred_options() {
+    if (!options_deferred_) return;
+    options_deferred_ = false;
+    options_swept_ = true;
+    srv_.upstream_options_done(options_gen_);
+    if (!upstream_.open || closing_) return;  // a retry's next socket gets them in start_attempt
+    apply_tcp_options(&upstream_.tcp, srv_.config().s, false, !upstream_.nodelay);
+    upstream_.nodelay = true;
+}
+
+// Nagle's algorithm holds back a small segment only while an earlier small one is unacknowledged,
+// so an upstream socket's first write never waits for TCP_NODELAY; it is set before the second,
+// when the options sweep has not set it yet.
+void Connection::before_write(Side& to) {
+    if (&to != &upstream_ || to.nodelay) return;
+    if (!to.wrote) {
+        to.wrote = true;
+        return;
+    }
+    to.nodelay = true;
+    set_tcp_nodelay(&to.tcp, srv_.config().s);
+}
+
 void Connection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
     Connection* c = owner(h);
     Side& s = c->side_of(h);
@@ -322,13 +355,13 @@ void Connection::release(Side& s) {
     s.len = 0;
 }
 
-void Connection::on_read_cb(uv_stream_t* st, ssize_t nread, const uv_buf_t*) {
+void Connection::on_read_cb(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
     Connection* c = owner(reinterpret_cast<uv_handle_t*>(st));
     Side& from = c->side_of(reinterpret_cast<uv_handle_t*>(st));
-    c->on_read(from, c->other(from), nread);
+    c->on_read(from, c->other(from), nread, nread == UV_EOF && buf && buf->base);
 }
 
-void Connection::on_read(Side& from, Side& to, ssize_t nread) {
+void Connection::on_read(Side& from, Side& to, ssize_t nread, bool fin_read) {
     if (closing_) return;
     const bool client_side = &from == &client_;
     if (nread > 0) {
@@ -348,7 +381,7 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
         return;
     }
     release(from);
-    if (nread == UV_EOF && reset_pending(from.tcp)) nread = UV_ECONNRESET;
+    if (nread == UV_EOF && !fin_read && reset_pending(from.tcp)) nread = UV_ECONNRESET;
     // An upstream that closes or resets before answering anything is treated like a silent one.
     if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
         try_replay(ConnectFailure::hung_up, nread == UV_EOF ? "closed before answering" : "reset before answering"))
@@ -394,9 +427,20 @@ void Connection::on_read(Side& from, Side& to, ssize_t nread) {
 
 // Writes what `from` read into `to`: straight away when the socket takes it, else queued with
 // reads from `from` paused until the write completes (backpressure).
+// The first attempt is send(2) itself, not uv_try_write: libuv's write(2) goes through the VFS
+// layer (file position lock, permission and fsnotify hooks) that send(2) skips, a few per cent of
+// kprism's CPU per request (bench/RESULTS.md). Nothing is ever queued on `to` here (reads from
+// `from` stop while a write into `to` is queued), so the bytes keep their order.
 void Connection::forward(Side& from, Side& to) {
-    uv_buf_t b = uv_buf_init(from.buf, static_cast<unsigned>(from.len));
-    int n = uv_try_write(stream(to.tcp), &b, 1);
+    before_write(to);
+    int n = UV_EAGAIN;
+    uv_os_fd_t fd;
+    if (!to.wreq && uv_fileno(handle(to.tcp), &fd) == 0) {
+        ssize_t r;
+        do r = ::send(fd, from.buf, from.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        while (r < 0 && errno == EINTR);
+        n = r >= 0 ? static_cast<int>(r) : (errno == EWOULDBLOCK ? UV_EAGAIN : -errno);
+    }
     if (n == static_cast<int>(from.len)) {
         release(from);
         return;
@@ -413,6 +457,7 @@ void Connection::forward(Side& from, Side& to) {
 // Queues `b` on `to` with a pooled request, released in on_write. False (and the connection
 // closing) when the write cannot be queued.
 bool Connection::queue_write(Side& to, uv_buf_t b) {
+    before_write(to);
     to.wreq = srv_.pools().writes.get();
     if (!to.wreq) {
         close("out of memory", true, true);
@@ -487,6 +532,7 @@ bool Connection::handover_entry(handover::Entry& e, int& client_fd, int& upstrea
     if (closing_ || state_ != State::splicing || !up_ || (flushed_only ? !quiescent() : awaiting_answer_)) return false;
     uv_os_fd_t cf, uf;
     if (uv_fileno(handle(client_.tcp), &cf) != 0 || uv_fileno(handle(upstream_.tcp), &uf) != 0) return false;
+    apply_deferred_options();  // the next process takes the socket as it is
     e.client_local = handover::local_address(cf);
     e.client_peer = handover::peer_address(cf);
     e.upstream_local = handover::local_address(uf);
@@ -532,6 +578,8 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
         return false;
     }
     c->up_ = &up;
+    c->options_swept_ = true;  // the previous process set the upstream socket's options
+    c->upstream_.nodelay = true;
     up.active++;
     srv.handoff().crash_copy_changed();
     c->client_.eof = e.client_eof;
@@ -552,6 +600,10 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
 void Connection::close(const char* reason, bool reset_client, bool reset_upstream) {
     if (closing_) return;
     closing_ = true;
+    if (options_deferred_) {
+        options_deferred_ = false;
+        srv_.upstream_options_done(options_gen_);
+    }
     if (up_) up_->active--;
     KPRISM_DEBUG("connection closed", {{"reason", reason},
                                        {"upstream", up_ ? up_->name : std::string("-")},

@@ -11,7 +11,7 @@
 
 namespace kprism {
 
-int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener) {
+int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener, bool with_nodelay) {
     int first_err = 0;
     auto keep = [&](int r) {
         if (r != 0 && first_err == 0) first_err = r;
@@ -21,7 +21,7 @@ int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener) {
     auto opt = [&](int level, int name, int value) {
         if (setsockopt(fd, level, name, &value, sizeof value) != 0) keep(-errno);
     };
-    if (s.tcp_nodelay || listener) opt(IPPROTO_TCP, TCP_NODELAY, s.tcp_nodelay ? 1 : 0);
+    if ((s.tcp_nodelay && with_nodelay) || listener) opt(IPPROTO_TCP, TCP_NODELAY, s.tcp_nodelay ? 1 : 0);
     if (listener && s.tcp_keepalive.count() == 0) opt(SOL_SOCKET, SO_KEEPALIVE, 0);
     if (s.tcp_keepalive.count() > 0) {
         int idle = static_cast<int>(std::max<int64_t>(1, s.tcp_keepalive.count() / 1000));
@@ -33,6 +33,10 @@ int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener) {
     if (s.tcp_user_timeout.count() > 0 || listener)
         opt(IPPROTO_TCP, TCP_USER_TIMEOUT, static_cast<int>(s.tcp_user_timeout.count()));
     return first_err;
+}
+
+bool set_tcp_nodelay(uv_tcp_t* tcp, const Settings& s) {
+    return s.tcp_nodelay && uv_tcp_nodelay(tcp, 1) == 0;
 }
 
 bool tcp_closed(uv_tcp_t* tcp) {

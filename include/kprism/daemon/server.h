@@ -82,6 +82,15 @@ public:
     // until no connection is half-closed (Connection::check_half_closed).
     void watch_half_closed();
     static constexpr uint64_t kHalfCloseSweepMs = 1000;
+    // A new upstream socket waits for its keepalive and TCP_USER_TIMEOUT settings (and
+    // TCP_NODELAY, unless a second write needs it first): the options sweep (every
+    // kUpstreamOptionsMs, only while one waits) applies them to the connections that have waited
+    // a whole period (between one and two periods after their connect), so a connection that ends
+    // sooner costs no setsockopt (Connection::apply_deferred_options). Returns the waiting
+    // connection's generation (0 or 1), which it passes back to upstream_options_done().
+    unsigned upstream_options_deferred();
+    void upstream_options_done(unsigned gen) { --options_pending_[gen]; }
+    static constexpr uint64_t kUpstreamOptionsMs = 250;
     // max_connections, or fewer when RLIMIT_NOFILE cannot give each connection its two
     // descriptors and still leave kprism its own (see update_connection_limit()).
     size_t connection_limit() const { return connection_limit_; }
@@ -143,6 +152,7 @@ private:
     static void block_signals(bool block);
     static void on_drain_timeout(uv_timer_t* t);
     static void on_half_close_sweep(uv_timer_t* t);
+    static void on_options_sweep(uv_timer_t* t);
     bool adopt_passed_sockets(std::string& error);
     void apply_listener_tcp_options();
     void update_connection_limit();
@@ -171,6 +181,9 @@ private:
     uv_signal_t signals_[5]{};         // kSignals in server.cc
     uv_timer_t drain_timer_{};
     uv_timer_t half_close_timer_{};  // active only while some connection is half-closed
+    uv_timer_t options_timer_{};     // active only while some upstream socket waits for its options
+    size_t options_pending_[2] = {0, 0};  // connections waiting for them, by generation
+    unsigned options_tick_ = 0;           // options sweeps so far
     bool draining_ = false;
     bool finished_ = false;
     Systemd sd_;

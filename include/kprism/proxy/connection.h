@@ -67,6 +67,12 @@ public:
     // the connection closes and resets the other peer. Returns whether it still needs the sweep.
     bool check_half_closed();
 
+    // Called by the Server's options sweep: sets the upstream socket's TCP options (tcp group) if
+    // they are still deferred (Server::upstream_options_deferred); later upstream sockets of this
+    // connection (retries) get them at once.
+    void apply_deferred_options();
+    bool options_waiting(unsigned gen) const { return options_deferred_ && options_gen_ == gen; }
+
     bool closing() const { return closing_; }
     bool splicing() const { return state_ == State::splicing; }
     Upstream* upstream() const { return up_; }
@@ -88,6 +94,8 @@ private:
         bool open = false;             // uv_tcp_init done and uv_close not yet called
         bool eof = false;              // peer sent FIN (we read EOF)
         bool shut = false;             // we sent FIN to this side
+        bool wrote = false;            // upstream: a write was made (the next may set TCP_NODELAY)
+        bool nodelay = false;          // upstream: TCP_NODELAY is set
         uv_write_t* wreq = nullptr;    // queued write of the *other* side's bytes into this side
         uv_shutdown_t* sreq = nullptr; // pending FIN to this side
     };
@@ -102,8 +110,10 @@ private:
     void start_splicing();
     void forward(Side& from, Side& to);
     bool queue_write(Side& to, uv_buf_t b);
+    void before_write(Side& to);
     void release(Side& s);
-    void on_read(Side& from, Side& to, ssize_t nread);
+    // `fin_read`: an EOF that read(2) returned, not libuv's short-circuit on POLLHUP.
+    void on_read(Side& from, Side& to, ssize_t nread, bool fin_read = false);
     void maybe_finish();
     // `s` sent its FIN and was not sent ours: its socket is in CLOSE_WAIT until we close it.
     static bool only_peer_finished(const Side& s) { return s.open && s.eof && !s.shut && !s.sreq; }
@@ -138,6 +148,9 @@ private:
     bool closing_ = false;
     bool timer_open_ = false;
     bool stored_ = false;  // mark_stored()
+    bool options_deferred_ = false;  // counted in the Server's options_pending_[options_gen_]
+    uint8_t options_gen_ = 0;
+    bool options_swept_ = false;     // the options sweep has passed: new upstream sockets get them at once
     // When the current upstream attempt began, in ms after started_ms_ (32 bits fill padding
     // here: no bytes added per connection).
     uint32_t attempt_offset_ms_ = 0;

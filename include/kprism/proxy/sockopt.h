@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// TCP socket options of both sides of every spliced connection: set on each upstream socket, and
-// on the listening sockets, whose accepted sockets inherit them (Linux copies TCP_NODELAY,
-// SO_KEEPALIVE, the keepalive timings and TCP_USER_TIMEOUT to each accepted socket), so an accept
-// costs no setsockopt.
+// TCP socket options of both sides of every spliced connection: set on each upstream socket (at most
+// kUpstreamOptionsMs after its connect, Server::upstream_options_deferred), and on the listening
+// sockets, whose accepted sockets inherit them (Linux copies TCP_NODELAY, SO_KEEPALIVE, the
+// keepalive timings and TCP_USER_TIMEOUT to each accepted socket), so an accept costs no setsockopt.
 #pragma once
 
 #include <uv.h>
@@ -15,7 +15,12 @@ namespace kprism {
 // socket gets only what differs from the kernel's defaults; `listener` sets every option
 // explicitly, so a reload that turns one off turns it off for the connections accepted after it.
 // Best effort: failures are not fatal for the connection. Returns 0 or the first error.
-int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener = false);
+// `with_nodelay` false leaves TCP_NODELAY out (already set; see set_tcp_nodelay).
+int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener = false, bool with_nodelay = true);
+
+// TCP_NODELAY alone (when tcp.nodelay is on): before an upstream socket's second write, the first
+// that Nagle's algorithm could hold back. Returns whether it is set.
+bool set_tcp_nodelay(uv_tcp_t* tcp, const Settings& s);
 
 // The socket has reached TCP_CLOSE (TCP_INFO's tcpi_state): on a socket whose peer's FIN was read
 // and that has sent no FIN itself (CLOSE_WAIT), only the peer's RST or a keepalive or user
