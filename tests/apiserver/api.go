@@ -599,7 +599,11 @@ func (s *server) serveWatch(w http.ResponseWriter, r *http.Request, rr resourceR
 		from = n
 	}
 	events := make(chan storeEvent, 64)
-	go s.store.watch(ctx, prefix, from, s.opt.progressInterval, events)
+	go func() {
+		if err := s.store.watch(ctx, prefix, from, s.opt.progressInterval, events); err != nil && ctx.Err() == nil {
+			logEvent("store-watch-ended", "prefix", prefix, "error", err.Error())
+		}
+	}()
 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)

@@ -347,9 +347,13 @@ type etcdWatchResponse struct {
 }
 
 // watch opens one /v3/watch stream from revision from+1 with prev_kv (a DELETED event carries the
-// object) and progress_notify, and asks for a progress notification every progress interval on
-// the open request body (etcd 3.4's WatchProgressRequest), which the stand-in's bookmarks use.
-func (c *etcdClient) watch(ctx context.Context, prefix string, from int64, progress time.Duration, out chan<- storeEvent) error {
+// object) and progress_notify: etcd then sends a progress notification (header.revision, no
+// events) to an idle watch every --experimental-watch-progress-notify-interval (10m by default),
+// which the stand-in's bookmarks carry. progress is unused here: etcd 3.4's gateway answers a
+// watch only once the request body has ended, so a WatchProgressRequest cannot follow the
+// create request on the same stream (seen with etcd 3.4.23); without notifications a bookmark
+// carries the revision of the last event sent.
+func (c *etcdClient) watch(ctx context.Context, prefix string, from int64, _ time.Duration, out chan<- storeEvent) error {
 	defer close(out)
 	if err := c.gate(ctx); err != nil {
 		return err
@@ -362,29 +366,10 @@ func (c *etcdClient) watch(ctx context.Context, prefix string, from int64, progr
 	}
 	defer untrack()
 	p := etcdKey(prefix)
-	pr, pw := io.Pipe()
-	defer pw.Close()
 	create, _ := json.Marshal(map[string]interface{}{"create_request": map[string]interface{}{
 		"key": b64(p), "range_end": b64(prefixEnd(p)), "start_revision": strconv.FormatInt(from+1, 10),
 		"progress_notify": true, "prev_kv": true}})
-	go func() {
-		if _, err := pw.Write(append(create, '\n')); err != nil {
-			return
-		}
-		t := time.NewTicker(progress)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if _, err := pw.Write([]byte("{\"progress_request\":{}}\n")); err != nil {
-					return
-				}
-			case <-ctx.Done():
-				pw.CloseWithError(ctx.Err())
-				return
-			}
-		}
-	}()
+	pr := bytes.NewReader(create)
 	req, _ := http.NewRequestWithContext(ctx, "POST", c.base+"/v3/watch", pr)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.stream.Do(req)
