@@ -286,8 +286,13 @@ func runServe(ctx context.Context, opt options) error {
 		logName = "kprism-apiserver: " + opt.name
 	}
 
-	// The store may start at the same time: wait for it, as the apiserver waits for etcd.
-	deadline := time.Now().Add(10 * time.Second)
+	// The store may start at the same time: wait for it, as the apiserver waits for etcd (a real
+	// etcd cluster may take longer to elect a leader).
+	wait := 10 * time.Second
+	if opt.etcdServers != "" {
+		wait = 60 * time.Second
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		err = s.seedNamespaces(sctx)
