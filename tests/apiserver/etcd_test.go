@@ -400,6 +400,7 @@ func TestEtcdMemberWithoutQuorumFailsReadyz(t *testing.T) {
 	t.Parallel()
 	ms := startEtcdCluster(t, 3)
 	s := startEtcdServer(t, ms[0].client)
+	patient := startEtcdServer(t, ms[0].client, "--etcd-request-timeout", "15s")
 	c := adminClient(t)
 	readyzUntil(t, c, s, 200, 5*time.Second)
 	ms[1].signal(syscall.SIGSTOP)
@@ -411,6 +412,14 @@ func TestEtcdMemberWithoutQuorumFailsReadyz(t *testing.T) {
 	t.Logf("/readyz failed %v after the quorum was lost", took.Round(10*time.Millisecond))
 	r := do(t, c, "GET", s.url("/api/v1/namespaces/default/configmaps/x"), "")
 	expect(t, "get without quorum", fmt.Sprint(r.code, " ", decode(t, r)["reason"]), "504 Timeout")
+	// With a request timeout longer than etcd's own, etcd's error comes through: 500, its text.
+	start := time.Now()
+	r = do(t, c, "GET", patient.url("/api/v1/namespaces/default/configmaps/x"), "")
+	st := decode(t, r)
+	t.Logf("get without quorum, 15 s request timeout: %d %v %q after %v", r.code, st["reason"], st["message"], time.Since(start).Round(10*time.Millisecond))
+	if r.code != 500 || st["reason"] != nil || !strings.HasPrefix(fmt.Sprint(st["message"]), "etcdserver: ") {
+		t.Errorf("want 500, no reason, etcd's error text: %s", r.body)
+	}
 	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(ms[0].client, "http://"), time.Second)
 	if err != nil {
 		t.Errorf("the member cut from quorum does not accept TCP: %v", err)
