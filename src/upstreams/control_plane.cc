@@ -498,6 +498,7 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         }
         if (u.source != Source::configured) continue;  // discovery decides about its own
         summary += " endpoint_removed=" + u.name;
+        if (adopt_by_name(u, next)) continue;
         remove_upstream(u, "endpoint removed; its connections drain", drain);
     }
     for (auto it = names_.begin(); it != names_.end();) {
@@ -541,6 +542,38 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         start_checker(*u, random_below(200));
     }
     arm_resolve_timer(next);
+}
+
+// A configured IP endpoint removed by a reload whose address a name that stays resolved to last
+// time (it was skipped there as this endpoint's): the upstream becomes that name's address, with its
+// state and connections, rather than draining now and coming back unchecked at the next resolution.
+bool ControlPlane::adopt_by_name(Upstream& u, const Config& next) {
+    const std::string key = sockaddr_str(u.sa);
+    for (auto& np : names_) {
+        NamedEndpoint& n = *np;
+        const auto kept = std::find_if(next.endpoints.begin(), next.endpoints.end(),
+                                       [&](const Endpoint& e) { return !e.addr.is_ip && same_name(e.addr, n.addr); });
+        if (kept == next.endpoints.end() || n.addr.port != u.addr.port) continue;
+        bool listed = false;
+        for (size_t at = 0; at <= n.resolved_logged.size() && !listed;) {
+            size_t end = n.resolved_logged.find(',', at);
+            if (end == std::string::npos) end = n.resolved_logged.size();
+            listed = n.resolved_logged.compare(at, end - at, key) == 0;
+            at = end + 1;
+        }
+        if (!listed) continue;
+        const std::string was = u.name;
+        u.of_name = n.name;
+        u.hostname = n.addr.host;
+        u.name = name_address_label(n.addr.host, u.sa);
+        u.zone = kept->zone;
+        u.server_name = kept->server_name;
+        membership_->keep(u);
+        log::info("endpoint removed; its address stays as an address of a name that resolves to it",
+                  {{"upstream", u.name}, {"was", was}, {"connections", u.active}});
+        return true;
+    }
+    return false;
 }
 
 void ControlPlane::remove_upstream(Upstream& u, const char* msg, uint64_t drain_ms) {

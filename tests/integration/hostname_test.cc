@@ -3,9 +3,11 @@
 // in front of TLS stand-ins on 127.0.0.2 and 127.0.0.3 (one port): every address a checked upstream
 // named by the hostname, the hostname as SNI and verified name, an address gained (checked before
 // use) and lost (drained), a failed resolution that changes nothing, the cap, a silent server, a
-// reload that removes and adds the name, refused ranges in an answer skipped, the bound on
+// reload that removes and adds the name or an IP endpoint the name resolves to, refused ranges in
+// an answer skipped, the limit counted on usable addresses, IPv4-mapped answers, the bound on
 // addresses waiting to leave. (A restart's handover of a name's addresses: handover_test.cc.)
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -285,6 +287,47 @@ TEST(Hostname, ReloadRemovesAndAddsAName) {
     EXPECT_TRUE(k.wait_output("msg=\"endpoint removed; its connections drain\" upstream=" + ip2)) << k.output();
     EXPECT_TRUE(eventually([&] { return k.count_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port)) == 2; }))
         << k.output();
+    ::unlink(cf.c_str());
+}
+
+// The other way round: an IP endpoint removed by a reload while a name that stays resolves to its
+// address. The upstream becomes the name's address with its state and connections: no drain, no
+// moment without an upstream, no check before use.
+TEST(Hostname, RemovedIpEndpointStaysAsTheNamesAddress) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port);
+    dns.set_zone(zone({"127.0.0.2"}));
+    char tmpl[] = "/tmp/kprism-hostname-XXXXXX";
+    ::close(mkstemp(tmpl));
+    const std::string cf = tmpl;
+    auto write = [&](const std::string& endpoints) {
+        std::ofstream(cf + ".tmp") << "endpoints = [" << endpoints << "]\ndrain_timeout = \"300ms\"\n";
+        std::rename((cf + ".tmp").c_str(), cf.c_str());
+    };
+    const std::string name = kName + ":" + std::to_string(port), ip2 = "127.0.0.2:" + std::to_string(port);
+    write("\"" + name + "\", \"" + ip2 + "\"");
+    Kprism k({}, tls_flags(pki, {"--config", cf}), Spawn{{dns.dns_env()}, {}});
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + ip2)) << k.output();
+    ASSERT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name + " addresses=" + ip2)) << k.output();
+    const int fd = connect_to(k.port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(eventually([&] { return connections_total(k.admin_port, ip2) == 1; }));
+    write("\"" + name + "\"");
+    k.signal(SIGHUP);
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint removed; its address stays as an address of a name that resolves to "
+                              "it\" upstream=" + label("127.0.0.2", port) + " was=" + ip2 + " connections=1"))
+        << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_NE(status.find("\"address\":\"" + label("127.0.0.2", port) + "\""), std::string::npos) << status;
+    EXPECT_NE(status.find("\"state\":\"up\""), std::string::npos) << status;
+    // Past drain_timeout (300ms) the client connection is still open: nothing to read, no EOF.
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 800), 0) << "the connection was closed: " << k.output();
+    EXPECT_EQ(k.count_output("its connections drain"), 0u) << k.output();
+    EXPECT_EQ(k.count_output("endpoint address added; checked before use"), 0u) << k.output();
+    ::close(fd);
     ::unlink(cf.c_str());
 }
 

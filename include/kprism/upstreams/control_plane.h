@@ -180,6 +180,8 @@ private:
     // A configured IP endpoint that is one of kprism's own sockets (possible when systemd passed
     // them: validation knows only the configured addresses) is never connected to.
     void refuse_if_own(Upstream& u);
+    // A removed IP endpoint's upstream kept as the address of a name in `next` that resolves to it.
+    bool adopt_by_name(Upstream& u, const Config& next);
     void arm_resolve_timer(const Config& cfg);
     static void on_resolve_timer(uv_timer_t* t);
 
