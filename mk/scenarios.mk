@@ -23,8 +23,8 @@ scenarios: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## control-plane scenarios,
 # stand-ins' default/kubernetes EndpointSlice: an apiserver added and one removed under load, the
 # snapshot at a start with the API unreachable, corrupt snapshots, an empty slice, an unready
 # discovered address, discovery off, IPv6, more than 32, a hung watch, 410, every member replaced.
-# Not root; about 110 s. Ends with tests/leftovers.py.
+# Not root; about 130 s. Ends with tests/leftovers.py.
 .PHONY: test-discovery
-test-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## discovery from the default/kubernetes EndpointSlices against the Go stand-ins (about 110 s)
+test-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## discovery from the default/kubernetes EndpointSlices against the Go stand-ins (about 130 s)
 	$(TEST_ENV) /usr/bin/python3 tests/discovery/run.py $(abspath $(BUILD)/kprism) $(abspath $(BUILD)/kprism-apiserver); \
 		rc=$$?; tests/leftovers.py $(abspath $(BUILD)) || rc=1; exit $$rc

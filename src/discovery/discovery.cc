@@ -199,7 +199,7 @@ bool Discovery::on_watch_line(std::string_view line) {
             return false;
         }
         members_.drop_refused(ev.slice.endpoints, "slice", ev.slice.name);
-        slices_[ev.slice.name] = std::move(ev.slice.endpoints);
+        slices_[ev.slice.name] = std::move(ev.slice);
         publish_pending_ = true;
         break;
     case WatchEventType::deleted:
@@ -253,7 +253,7 @@ void Discovery::on_end(bool clean, const std::string& why) {
         slices_.clear();
         for (auto& s : list.items) {
             members_.drop_refused(s.endpoints, "slice", s.name);
-            slices_[s.name] = std::move(s.endpoints);
+            slices_[s.name] = std::move(s);
         }
         members_.forget_refused(slices_);  // the list names every slice there is
         st_.resource_version = list.resource_version;
@@ -320,15 +320,30 @@ void Discovery::upstream_down(const Upstream& u) {
     arm(random_below(kBackoffMinMs), "waiting");
 }
 
-// The union of the slices' endpoints to the membership, each address once.
+// The union of the slices' endpoints to the membership, each address once. An address's zone is
+// the first valid one in slice-name order (kube-apiserver writes one slice for the service; a
+// second naming the address with another zone is an operator's, and the order is stable); an
+// ignored zone is logged once per address and reason, while no slice gives it a valid one.
 void Discovery::publish() {
     std::vector<HostPort> all;
     std::unordered_set<std::string> seen;
-    for (const auto& [name, eps] : slices_)
-        for (const auto& e : eps)
+    std::map<std::string, std::string> zones, refused;
+    for (const auto& [name, s] : slices_) {
+        for (const auto& e : s.endpoints)
             if (seen.insert(e.str()).second) all.push_back(e);
+        for (const auto& [addr, zone] : s.zones) zones.emplace(addr, zone);
+    }
+    for (const auto& [name, s] : slices_)
+        for (const auto& [addr, why] : s.zone_errors) {
+            if (zones.count(addr) || !refused.emplace(addr, why).second) continue;
+            auto it = zone_warned_.find(addr);
+            if (it == zone_warned_.end() || it->second != why)
+                log::warn("discovery: endpoint zone ignored; the endpoint is used without a zone",
+                          {{"slice", name}, {"upstream", addr}, {"reason", why}});
+        }
+    zone_warned_ = std::move(refused);
     st_.endpoints = all.size();
-    members_.apply_discovered(std::move(all), Source::discovered);
+    members_.apply_discovered(std::move(all), Source::discovered, zones);
 }
 
 }  // namespace kprism

@@ -76,7 +76,7 @@ void Membership::drop_refused(std::vector<HostPort>& endpoints, const char* orig
     }
 }
 
-void Membership::forget_refused(const std::map<std::string, std::vector<HostPort>>& slices) {
+void Membership::forget_refused(const std::map<std::string, DiscoveredSlice>& slices) {
     std::erase_if(refused_warned_, [&](const auto& kv) {
         return kv.first.rfind("slice ", 0) == 0 && !slices.count(kv.first.substr(6));
     });
@@ -123,7 +123,10 @@ void Membership::start() {
             snapshot_.state = "loaded";
             snapshot_.written_unix = snap.written_unix;
             drop_refused(snap.endpoints, "snapshot", s.discovery_snapshot_file);
-            for (const auto& e : snap.endpoints) snapshot_set_.push_back(canonical(e));
+            for (const auto& e : snap.endpoints) {
+                auto z = snap.zones.find(e.str());
+                snapshot_set_.push_back(canonical(e) + " " + (z == snap.zones.end() ? "" : z->second));
+            }
             std::sort(snapshot_set_.begin(), snapshot_set_.end());
             log::info("discovery snapshot loaded; its endpoints are checked before use",
                       {{"path", s.discovery_snapshot_file}, {"endpoints", static_cast<uint64_t>(snap.endpoints.size())},
@@ -131,7 +134,7 @@ void Membership::start() {
                        {"format", snap.checked ? "checked endpoints" : "version 1 (endpoints unchecked)"}});
             if (!snap.endpoints.empty()) {
                 std::vector<HostPort> loaded = snap.endpoints;
-                apply_discovered(std::move(snap.endpoints), Source::snapshot);
+                apply_discovered(std::move(snap.endpoints), Source::snapshot, snap.zones);
                 for (const auto& e : loaded)
                     if (Upstream* u = find_live(e)) u->checked_earlier = snap.checked;
             }
@@ -145,16 +148,21 @@ void Membership::start() {
     discovery_->start();
 }
 
-void Membership::apply_discovered(std::vector<HostPort> endpoints, Source src) {
+void Membership::apply_discovered(std::vector<HostPort> endpoints, Source src,
+                                  const std::map<std::string, std::string>& zones) {
     if (closed_) return;
     UpstreamPool& ups = cp_.upstreams();
     // Each address once, in its one spelling (up to 32 slices of 1000 endpoints: no quadratic
     // work on the loop).
     std::vector<std::pair<std::string, HostPort>> want;
     std::unordered_set<std::string> seen;
+    std::unordered_map<std::string, std::string> zone_of;  // by canonical address
     for (auto& e : endpoints) {
         std::string key = canonical(e);
-        if (seen.insert(key).second) want.emplace_back(std::move(key), std::move(e));
+        if (!seen.insert(key).second) continue;
+        auto z = zones.find(e.str());
+        if (z != zones.end()) zone_of.emplace(key, z->second);
+        want.emplace_back(std::move(key), std::move(e));
     }
     if (want.empty()) {
         // A slice that lists nothing says nothing we can act on (a reconciler between writes, a
@@ -194,10 +202,13 @@ void Membership::apply_discovered(std::vector<HostPort> endpoints, Source src) {
     discovered_ = next;
 
     for (auto& [key, hp] : want) {
+        auto z = zone_of.find(key);
+        const std::string zone = z == zone_of.end() ? "" : z->second;
         if (Upstream* u = find_live(hp)) {
             if (u->source == Source::snapshot && src == Source::discovered) u->source = Source::discovered;
             u->removal_waits = false;
             departing_.erase(std::remove(departing_.begin(), departing_.end(), key), departing_.end());
+            set_discovered_zone(*u, zone);
             continue;
         }
         Upstream* u = ups.add(hp, "", cp_.config().s.server_name);
@@ -206,21 +217,42 @@ void Membership::apply_discovered(std::vector<HostPort> endpoints, Source src) {
             continue;
         }
         u->source = src;
+        u->discovered_zone = zone;
+        u->settle_zone();
         log::info("discovery: endpoint discovered; checked before use",
-                  {{"upstream", u->name}, {"source", source_name(src)}});
+                  {{"upstream", u->name}, {"source", source_name(src)}, {"zone", zone}});
         cp_.start_checker(*u, random_below(200));
     }
-    // Those that left: configured ones stay (the floor); the rest drain once an upstream that
-    // stays is up.
+    // Those that left: configured ones stay (the floor), with no zone from the slices any more;
+    // the rest drain once an upstream that stays is up.
     for (size_t i = 0; i < ups.size(); ++i) {
         Upstream& u = ups[i];
-        if (u.removed || u.source == Source::configured || in_discovered(u)) continue;
+        if (u.removed || in_discovered(u)) continue;
+        if (u.source == Source::configured) {
+            set_discovered_zone(u, "");
+            continue;
+        }
         std::string key = canonical(u);
         if (std::find(departing_.begin(), departing_.end(), key) == departing_.end()) departing_.push_back(key);
     }
     settle_departures();
     if (src == Source::discovered) api_set_ = true;
     if (changed && src == Source::discovered) write_snapshot();  // else discovery_confirmed() keeps it fresh
+}
+
+// The zone the slices give `u` now; the one in force changes unless a configured zone is set
+// (then a zone of the slices that differs is logged once per change, and ignored).
+void Membership::set_discovered_zone(Upstream& u, const std::string& zone) {
+    if (u.discovered_zone == zone) return;
+    const std::string was = u.zone;
+    u.discovered_zone = zone;
+    u.settle_zone();
+    if (u.zone != was) {
+        log::info("discovery: endpoint zone changed", {{"upstream", u.name}, {"zone", u.zone}, {"was", was}});
+    } else if (!zone.empty() && zone != u.configured_zone) {
+        log::info("discovery: the slices give another zone; the configured zone stays",
+                  {{"upstream", u.name}, {"zone", u.configured_zone}, {"slices_zone", zone}});
+    }
 }
 
 // A slice that replaces every member at once never leaves kprism with nothing to send to.
@@ -283,12 +315,16 @@ void Membership::write_snapshot() {
     const Settings& s = cp_.config().s;
     const auto now = static_cast<int64_t>(std::time(nullptr));
     if (s.discovery_snapshot_file.empty() || !api_set_) return;
-    std::vector<std::string> checked;
+    std::vector<std::string> checked;  // "ip:port zone", sorted as discovered_ is
+    DiscoverySnapshot snap;
     for (const auto& key : discovered_) {
         HostPort hp;
         if (!parse_host_port(key, hp, nullptr)) continue;
         const Upstream* u = find_live(hp);
-        if (u && (u->passed_check || u->checked_earlier)) checked.push_back(key);
+        if (!u || !(u->passed_check || u->checked_earlier)) continue;
+        checked.push_back(key + " " + u->discovered_zone);
+        if (!u->discovered_zone.empty()) snap.zones.emplace(hp.str(), u->discovered_zone);
+        snap.endpoints.push_back(std::move(hp));
     }
     if (checked.empty()) return;  // the file keeps what it has; its age tells
     if (checked == snapshot_set_ && now - snapshot_.written_unix < kSnapshotRefreshS && now >= snapshot_.written_unix)
@@ -297,13 +333,8 @@ void Membership::write_snapshot() {
         snapshot_again_ = true;
         return;
     }
-    DiscoverySnapshot snap;
     snap.written_unix = now;
     snap.ca_sha256 = ca_sha256_;
-    for (const auto& key : checked) {
-        HostPort hp;
-        if (parse_host_port(key, hp, nullptr)) snap.endpoints.push_back(hp);
-    }
     snapshot_text_ = render_snapshot(snap);
     snapshot_written_pending_ = snap.written_unix;
     snapshot_pending_set_ = std::move(checked);

@@ -445,10 +445,29 @@ struct Reader {
             HostPort hp;
             bool admitted = false;
             if (!endpoint((*eps)[i], at, family, port_number, hp, admitted)) return false;
-            if (admitted && std::find(out.endpoints.begin(), out.endpoints.end(), hp) == out.endpoints.end())
+            if (admitted && std::find(out.endpoints.begin(), out.endpoints.end(), hp) == out.endpoints.end()) {
+                zone((*eps)[i], hp.str(), out);
                 out.endpoints.push_back(std::move(hp));
+            }
         }
         return true;
+    }
+
+    // An admitted endpoint's zone: never an error of the slice, only of the zone.
+    static void zone(const Json& ep, const std::string& key, DiscoveredSlice& out) {
+        auto it = ep.find("zone");
+        if (it == ep.end() || it->is_null()) return;
+        std::string why;
+        if (!it->is_string()) {
+            why = fmt::format("want a string, not {}", type_name(*it));
+        } else {
+            const std::string& z = it->get_ref<const std::string&>();
+            if (valid_zone(z, why)) {
+                if (!z.empty()) out.zones.emplace(key, z);
+                return;
+            }
+        }
+        out.zone_errors.emplace(key, std::move(why));
     }
 
     bool endpoint(const Json& ep, const std::string& at, int family, uint16_t port_number, HostPort& out, bool& admitted) {
@@ -517,6 +536,24 @@ bool valid_resource_version(std::string_view rv) {
         return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '.' || c == '_' ||
                c == '-';
     });
+}
+
+bool valid_zone(std::string_view zone, std::string& why) {
+    auto alnum = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+    if (zone.empty()) return true;
+    if (zone.size() > kMaxZone) {
+        why = fmt::format("'{}' is {} bytes, at most {}", quote(zone), zone.size(), kMaxZone);
+        return false;
+    }
+    if (!std::all_of(zone.begin(), zone.end(), [&](char c) { return alnum(c) || c == '.' || c == '_' || c == '-'; })) {
+        why = fmt::format("'{}' is not a label value (want A-Z a-z 0-9 . _ -)", quote(zone));
+        return false;
+    }
+    if (!alnum(zone.front()) || !alnum(zone.back())) {
+        why = fmt::format("'{}' is not a label value (must begin and end with a letter or digit)", quote(zone));
+        return false;
+    }
+    return true;
 }
 
 bool parse_slice_list(std::string_view body, SliceList& out, std::string& err) {

@@ -13,6 +13,7 @@
 
 #include "kprism/base/duration.h"
 #include "kprism/base/json.h"
+#include "kprism/discovery/parse.h"
 #include "kprism/upstreams/upstream.h"
 
 namespace kprism {
@@ -20,8 +21,10 @@ namespace kprism {
 namespace {
 
 constexpr const char* kKind = "kprism-discovery-snapshot";
-constexpr int kVersion = 2;    // written; endpoints that passed a check
-constexpr int kOldVersion = 1;  // still read; endpoints checked or not
+// 3 (written): endpoints that passed a check, as {"address": "ip:port", "zone": "..."} ("zone"
+// only when there is one). 2: the same endpoints as "ip:port" strings, no zones. 1: "ip:port"
+// strings, endpoints checked or not.
+constexpr int kVersion = kSnapshotVersion;
 
 bool read_bounded(const std::string& path, size_t max, std::string& out, std::string& err) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -60,7 +63,13 @@ std::string render_snapshot(const DiscoverySnapshot& s) {
     j["written_unix"] = s.written_unix;
     j["ca_sha256"] = s.ca_sha256;
     Json eps = Json::array();
-    for (const auto& e : s.endpoints) eps.push_back(e.str());
+    for (const auto& e : s.endpoints) {
+        Json ep;
+        ep["address"] = e.str();
+        auto z = s.zones.find(e.str());
+        if (z != s.zones.end() && !z->second.empty()) ep["zone"] = z->second;
+        eps.push_back(std::move(ep));
+    }
     j["endpoints"] = std::move(eps);
     return json_dump(j) + "\n";
 }
@@ -80,9 +89,18 @@ bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& 
         err = fmt::format("not a {} document", kKind);
         return false;
     }
-    if (!j.contains("version") || !j["version"].is_number_integer() ||
-        (j["version"].get<int64_t>() != kVersion && j["version"].get<int64_t>() != kOldVersion)) {
-        err = fmt::format("version is not {} or {}", kOldVersion, kVersion);
+    if (!j.contains("version") || !j["version"].is_number_integer()) {
+        err = "version missing or not an integer";
+        return false;
+    }
+    const int64_t version = j["version"].get<int64_t>();
+    if (version > kVersion) {
+        err = fmt::format("version {} is newer than this kprism reads (1 to {}): written by a newer kprism", version,
+                          kVersion);
+        return false;
+    }
+    if (version < 1) {
+        err = fmt::format("version {} is unknown (this kprism reads 1 to {})", version, kVersion);
         return false;
     }
     if (!j.contains("written_unix") || !j["written_unix"].is_number_integer() || !j.contains("ca_sha256") ||
@@ -91,7 +109,7 @@ bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& 
         return false;
     }
     DiscoverySnapshot s;
-    s.checked = j["version"].get<int64_t>() == kVersion;
+    s.checked = version >= 2;
     s.written_unix = j["written_unix"].get<int64_t>();
     s.ca_sha256 = j["ca_sha256"].get<std::string>();
     if (j["endpoints"].size() > kMaxDiscovered) {
@@ -99,12 +117,29 @@ bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& 
         return false;
     }
     for (const auto& e : j["endpoints"]) {
+        // Version 3: {"address": "ip:port", "zone": "..."}; before: "ip:port".
+        const Json* addr = &e;
+        std::string zone;
+        if (version >= 3) {
+            addr = nullptr;
+            if (e.is_object() && e.contains("address")) addr = &e["address"];
+            if (e.is_object() && e.contains("zone") && !e["zone"].is_null()) {
+                const Json& z = e["zone"];
+                std::string why = "not a string";
+                if (!z.is_string() || !valid_zone(z.get_ref<const std::string&>(), why)) {
+                    err = fmt::format("endpoint {}: zone {}", json_dump(e).substr(0, 80), why);
+                    return false;
+                }
+                zone = z.get<std::string>();
+            }
+        }
         HostPort hp;
         std::string perr;
-        if (!e.is_string() || !parse_host_port(e.get<std::string>(), hp, &perr) || !hp.is_ip) {
+        if (!addr || !addr->is_string() || !parse_host_port(addr->get<std::string>(), hp, &perr) || !hp.is_ip) {
             err = fmt::format("endpoint {} is not an IP address with a port", json_dump(e).substr(0, 80));
             return false;
         }
+        if (!zone.empty()) s.zones.emplace(hp.str(), std::move(zone));
         s.endpoints.push_back(std::move(hp));
     }
     out = std::move(s);

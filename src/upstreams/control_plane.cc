@@ -483,7 +483,8 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
                 u->name = u->addr.str();
                 membership_->keep(*u);
             }
-            u->zone = e.zone;
+            u->configured_zone = e.zone;
+            u->settle_zone();
             u->server_name = e.server_name;
             u->source = Source::configured;
         }
@@ -494,6 +495,8 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
         if (keep[i] || u.removed || !u.of_name.empty()) continue;  // a name's addresses: below
         if (membership_->in_discovered(u)) {  // no longer configured, still in the slices
             if (u.source == Source::configured) u.source = Source::discovered;
+            u.configured_zone.clear();  // the slices' zone, if any, is the one now
+            u.settle_zone();
             continue;
         }
         if (u.source != Source::configured) continue;  // discovery decides about its own
@@ -509,7 +512,8 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
             n.zone = kept->zone;
             n.server_name = kept->server_name;
             for (Upstream* u : addresses_of(n)) {
-                u->zone = n.zone;
+                u->configured_zone = n.zone;
+                u->settle_zone();
                 u->server_name = n.server_name;
             }
             ++it;
@@ -672,7 +676,8 @@ void ControlPlane::leave_name(Upstream& u, bool wait, const char* msg, uint64_t 
         u.of_name.clear();
         u.hostname.clear();
         u.name = u.addr.str();
-        u.zone.clear();
+        u.configured_zone.clear();
+        u.settle_zone();
         u.server_name = config().s.server_name;
         log::info("endpoint address no longer resolved; still discovered, so it stays", {{"upstream", u.name}});
         return;
@@ -764,7 +769,8 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
             u->of_name = n.name;
             u->hostname = n.addr.host;
             u->name = name_address_label(n.addr.host, u->sa);
-            u->zone = n.zone;
+            u->configured_zone = n.zone;
+            u->settle_zone();
             u->server_name = n.server_name;
             membership_->keep(*u);
             log::info("endpoint address added: it was discovered, now it is configured", {{"upstream", u->name}});

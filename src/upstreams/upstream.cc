@@ -95,7 +95,8 @@ Upstream* UpstreamPool::add(const HostPort& addr, std::string zone, std::string 
     u->index = slot;
     u->addr = addr;
     u->name = addr.str();
-    u->zone = std::move(zone);
+    u->configured_zone = std::move(zone);
+    u->settle_zone();
     u->server_name = std::move(server_name);
     if (addr.is_ip) {
         ip_to_sockaddr(addr.host, addr.port, u->sa);

@@ -9,7 +9,7 @@ then used at a start with the API unreachable; c corrupt snapshots ignored; e a 
 that fails readiness never used, also failing open, nor kept in the snapshot; g IPv6; d the slices
 briefly list nothing; o kprism's own listener and (by default) loopback, link-local and multicast
 addresses refused; p snapshot members never checked get no client connection, failing open or
-without a client certificate; q a hostname endpoint beside discovery.
+without a client certificate; q a hostname endpoint beside discovery; z zones from the slices.
 Prints `discovery: ok/FAIL/info:` lines and last `discovery: N passed, M failed`; exit 1 on a failure.
 
 The stand-ins of one discovery test share one port on 127.0.0.11-14 (the slice is built from the
@@ -62,6 +62,12 @@ KPRISM_FLAGS = ["--health-interval", "1s", "--health-timeout", "800ms", "--healt
 # Left out for a kprism from before the key, so that the suite shows what such a binary does.
 ALLOW_LOOPBACK = ["--discovery-allowed-cidrs", "127.0.0.0/8,::1/128"]
 
+
+
+def snap_addrs(doc):
+    """The addresses a snapshot document lists: version 3's {"address", "zone"} objects, or the
+    "ip:port" strings of versions 1 and 2."""
+    return [e.get("address") if isinstance(e, dict) else e for e in doc.get("endpoints", [])]
 
 
 def start_store(binary, d, name):
@@ -377,7 +383,7 @@ class Run:
             doc = json.load(open(snap))
         except (OSError, ValueError) as e:
             doc = {"error": str(e)}
-        got = set(doc.get("endpoints", []))
+        got = set(snap_addrs(doc))
         check({a3.endpoint, a4.endpoint} <= got <= {a1.endpoint, a3.endpoint, a4.endpoint},
               f"a: the snapshot lists a3 and a4 (a1 optional: static), not a2, after the changes ({doc.get('endpoints')})")
         for n in nodes:
@@ -397,7 +403,7 @@ class Run:
         # Members are written as they pass their first check: wait until a2 and a3 are in.
         def holds_members():
             try:
-                return set(ends[1:]) <= set(json.load(open(path)).get("endpoints", []))
+                return set(ends[1:]) <= set(snap_addrs(json.load(open(path))))
             except (OSError, ValueError):
                 return False
         wrote = wait_until(lambda: (w.discovery().get("snapshot") or {}).get("state") == "written" and holds_members(),
@@ -409,10 +415,10 @@ class Run:
         except (OSError, ValueError) as e:
             doc = {"error": str(e)}
         ca = hashlib.sha256(open(self.pl.pki.ca, "rb").read()).hexdigest()
-        listed = set(doc.get("endpoints", []))
-        check(doc.get("kind") == "kprism-discovery-snapshot" and doc.get("version") == 2 and doc.get("ca_sha256") == ca
+        listed = set(snap_addrs(doc))
+        check(doc.get("kind") == "kprism-discovery-snapshot" and doc.get("version") == 3 and doc.get("ca_sha256") == ca
               and abs(doc.get("written_unix", 0) - time.time()) < 60 and set(ends[1:]) <= listed <= set(ends),
-              "b: the snapshot file: kind, version 2, ca_sha256 of the CA file, written_unix now, a2 and a3 "
+              "b: the snapshot file: kind, version 3, ca_sha256 of the CA file, written_unix now, a2 and a3 "
               "(a1 optional: static)", json.dumps(doc))
         ends = sorted(listed) or ends
         others = [f for f in os.listdir(os.path.dirname(path)) if f != os.path.basename(path)]
@@ -485,7 +491,8 @@ class Run:
             "garbage": os.urandom(300),
             "empty": b"",
             "wrong-kind": doc(kind="kubeprism-snapshot"),
-            "wrong-version": doc(version=3),
+            "wrong-version": doc(version=0),
+            "newer-version": doc(version=4, endpoints=[{"address": a2.endpoint, "zone": "b"}]),
             "foreign-ca": doc(ca_sha256=hashlib.sha256(b"another CA").hexdigest()),
             "too-old": doc(written_unix=now - 7200),
             "future": doc(written_unix=now + 3600),
@@ -570,8 +577,8 @@ class Run:
             for name in ("127.0.0.16", "127.0.0.17", "localhost"):
                 check(not any(a.startswith(name) for a in n.ups()), f"e: {name} never admitted")
             wrote = wait_until(lambda: os.path.exists(n.snapshot) and
-                               {a2.endpoint, a3.endpoint} <= set(json.load(open(n.snapshot)).get("endpoints", [])), 10, 0.1)
-            listed = json.load(open(n.snapshot)).get("endpoints", []) if os.path.exists(n.snapshot) else None
+                               {a2.endpoint, a3.endpoint} <= set(snap_addrs(json.load(open(n.snapshot)))), 10, 0.1)
+            listed = snap_addrs(json.load(open(n.snapshot))) if os.path.exists(n.snapshot) else None
             check(wrote and bep not in listed and absent not in listed,
                   f"e: the snapshot keeps a2, a3 (checked) and neither never-ready address ({listed})")
         finally:
@@ -1188,7 +1195,86 @@ class Run:
             dns.kill()
             dns.wait()
 
-CASES = "fabcieghlmnopqjkd"  # d last: it restarts the stand-ins
+    # z: zones from the slices. A node with --zone b sends new connections to the discovered ready
+    # upstream of zone b, to the others while it is not ready; a zone that changes in a later event
+    # changes the upstream's; an invalid zone is ignored with one warning, its endpoint still used.
+    def case_z(self):
+        a1, a2, a3 = self.a1, self.a2, self.a3
+        a4 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 4, addr=ADDRS[3], port=self.pl.port,
+                           store=self.second_store())
+        a4.start(*STANDIN_FLAGS)
+        ld.create_target(self.pl.ctx, a4)
+
+        def zoned(addr, zone):
+            return [{"addresses": [addr], "conditions": {"ready": True}, "zone": zone}]
+        slices = ["kprism-test-zone-b", "kprism-test-zone-a", "kprism-test-zone-bad"]
+        self.pl.post_slice(slices[0], "IPv4", [], self.pl.port, extra=zoned(a4.addr, "b"))
+        n = Node(self, "z", [a1.endpoint], extra=["--zone", "b"])
+
+        def zone(s):
+            return n.ups().get(s.endpoint, {}).get("zone")
+
+        def served(k=12):
+            return {who for _, who in get_through(self.pl.ctx, n.port, k)}
+        try:
+            want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3, a4])}
+            check(n.wait_ups(want, 15) and wait_until(lambda: zone(a4) == "b", 5, 0.1),
+                  f"z: a4 discovered with zone b from its slice, up; a1-a3 without a zone "
+                  f"({[zone(s) for s in (a1, a2, a3, a4)]})", str(n.brief()))
+            got = served()
+            check(got == {a4.name}, f"z: zone b: every new connection goes to a4, the ready upstream of zone b ({got})")
+            out = subprocess.run([self.args.kprism, "status", "--health-port", str(n.k.admin)],
+                                 capture_output=True, text=True, timeout=10).stdout
+            check(any(a4.endpoint in line and " b " in line for line in out.splitlines()),
+                  "z: kprism status shows a4's zone b", out[:600])
+            wrote = wait_until(lambda: os.path.exists(n.snapshot) and json.load(open(n.snapshot)).get("version") == 3 and
+                               {"address": a4.endpoint, "zone": "b"} in json.load(open(n.snapshot)).get("endpoints", []),
+                               10, 0.1)
+            check(wrote, "z: the snapshot (version 3) holds a4 with zone b",
+                  open(n.snapshot).read()[:400] if os.path.exists(n.snapshot) else "no file")
+
+            # An invalid zone for a2 in a slice of its own: one warning, a2 kept, without a zone.
+            self.pl.post_slice(slices[2], "IPv4", [], self.pl.port, extra=zoned(a2.addr, "not a zone!"))
+            warned = wait_until(lambda: n.count("discovery: endpoint zone ignored") >= 1, 10, 0.1)
+            events = n.discovery().get("events", 0)
+            wait_until(lambda: n.discovery().get("events", 0) >= events + 1, 5, 0.1)  # a bookmark or another event
+            lines = [line for line in n.log().splitlines() if "endpoint zone ignored" in line]
+            check(warned and len(lines) == 1 and "not a label value" in lines[0] and a2.endpoint in lines[0] and
+                  n.ups().get(a2.endpoint, {}).get("state") == "up" and zone(a2) == "",
+                  "z: an invalid zone: one warning with the reason, the endpoint still up, without a zone",
+                  "; ".join(lines))
+
+            # a4's zone changes in a later event (a slice sorted first gives it zone a): no upstream of
+            # zone b is left, so new connections spread; back to b when that slice goes.
+            self.pl.post_slice(slices[1], "IPv4", [], self.pl.port, extra=zoned(a4.addr, "a"))
+            changed = wait_until(lambda: zone(a4) == "a", 10, 0.1)
+            spread = wait_until(lambda: len(served(16) - {""}) >= 2, 10, 0.2)
+            check(changed and spread and n.count("discovery: endpoint zone changed") >= 1 and
+                  n.ups().get(a4.endpoint, {}).get("source") == "discovered",
+                  f"z: a4's zone changed to a by a later event, still the same upstream; connections spread "
+                  f"({served()})")
+            self.pl.delete_slice(slices[1])
+            back = wait_until(lambda: zone(a4) == "b", 10, 0.1) and wait_until(lambda: served(6) == {a4.name}, 10, 0.2)
+            check(back, f"z: its slice deleted, a4 is zone b again and takes every new connection ({zone(a4)})")
+
+            # a4 not ready: new connections go to the other upstreams; back when it is ready again.
+            a4.control("/etcd/lose")
+            down = wait_until(lambda: n.ups().get(a4.endpoint, {}).get("state") == "down", 15, 0.1)
+            got = served(16)
+            check(down and a4.name not in got and got <= {a1.name, a2.name, a3.name} and len(got) >= 2,
+                  f"z: a4 not ready: new connections fall back to the others ({got})", str(n.brief()))
+            a4.control("/etcd/restore")
+            up = wait_until(lambda: n.ups().get(a4.endpoint, {}).get("state") == "up", 15, 0.1)
+            check(up and wait_until(lambda: served(6) == {a4.name}, 10, 0.2),
+                  "z: a4 ready again: new connections go to it again")
+        finally:
+            n.stop()
+            for name in slices:
+                wait_until(lambda: self.pl.delete_slice(name) in (200, 404), 10, 0.2)
+            a4.terminate()
+            a4.wait_exit(30)
+
+CASES = "fabcieghlmnopqzjkd"  # d last: it restarts the stand-ins
 
 
 def where(e):

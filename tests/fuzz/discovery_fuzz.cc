@@ -14,7 +14,9 @@
 // - as a snapshot file: the input through parse_snapshot.
 // Checked: no crash or UB; every failure has a one-line reason; a list has at most kMaxSlices
 // slices, a slice at most kMaxSliceEndpoints endpoints, each an IP literal with a port, canonical
-// and unique in its slice; events carry what their type promises. Every endpoint of a slice or a
+// and unique in its slice, each zone kept a valid label value of an admitted endpoint and each zone
+// ignored given a bounded one-line reason; a snapshot read renders and reads back the same; events
+// carry what their type promises. Every endpoint of a slice or a
 // snapshot goes through the address rules (address_rules.h) as discovery applies them: by default
 // none admitted is loopback, unspecified, link-local, multicast or broadcast (also IPv4-mapped),
 // told here from the address bytes on their own; with an allow-list, each admitted one is in it;
@@ -24,6 +26,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -91,6 +94,18 @@ void check_rules(const HostPort& hp) {
     if (allow10.refuse(kprism::as_sockaddr(ss)).empty()) FUZZ_CHECK(v4 && v4[0] == 10 && !listener);
 }
 
+// Zones kept (a slice's or a snapshot's): each of an endpoint it has, a label value checked by
+// hand: 1 to 63 bytes of [A-Za-z0-9._-], a letter or digit at both ends.
+void check_zones(const std::vector<HostPort>& endpoints, const std::map<std::string, std::string>& zones) {
+    FUZZ_CHECK(zones.size() <= endpoints.size());
+    auto alnum = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+    for (const auto& [addr, zone] : zones) {
+        FUZZ_CHECK(std::any_of(endpoints.begin(), endpoints.end(), [&](const HostPort& hp) { return hp.str() == addr; }));
+        FUZZ_CHECK(!zone.empty() && zone.size() <= 63 && alnum(zone.front()) && alnum(zone.back()));
+        for (char c : zone) FUZZ_CHECK(alnum(c) || c == '.' || c == '_' || c == '-');
+    }
+}
+
 void check_slice(const DiscoveredSlice& s) {
     FUZZ_CHECK(!s.name.empty());
     FUZZ_CHECK(s.endpoints.size() <= kprism::kMaxSliceEndpoints);
@@ -112,6 +127,15 @@ void check_slice(const DiscoveredSlice& s) {
         // ...once per slice.
         for (size_t j = 0; j < i; ++j) FUZZ_CHECK(!(s.endpoints[j] == hp));
         check_rules(hp);
+    }
+    check_zones(s.endpoints, s.zones);
+    // An ignored zone: an endpoint's, not also kept, with a bounded one-line reason.
+    FUZZ_CHECK(s.zone_errors.size() <= s.endpoints.size());
+    for (const auto& [addr, why] : s.zone_errors) {
+        FUZZ_CHECK(s.zones.count(addr) == 0);
+        FUZZ_CHECK(std::any_of(s.endpoints.begin(), s.endpoints.end(), [&](const HostPort& hp) { return hp.str() == addr; }));
+        check_reason(why);
+        FUZZ_CHECK(why.size() <= 160);
     }
 }
 
@@ -270,6 +294,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             FUZZ_CHECK(hp.is_ip && hp.port != 0);
             check_rules(hp);
         }
+        check_zones(snap.endpoints, snap.zones);
+        // What kprism would write again reads back the same.
+        kprism::DiscoverySnapshot again;
+        FUZZ_CHECK(kprism::parse_snapshot(kprism::render_snapshot(snap), again, serr));
+        FUZZ_CHECK(again.endpoints == snap.endpoints && again.zones == snap.zones);
     } else {
         check_reason(serr);
     }

@@ -101,7 +101,10 @@ private:
     uint64_t backoff_ms_ = 0;
     bool forbidden_logged_ = false;
     std::string logged_error_;  // the failure last logged; the same one again is not
-    std::map<std::string, std::vector<HostPort>> slices_;  // by slice name
+    std::map<std::string, DiscoveredSlice> slices_;  // by slice name
+    // The endpoints whose zone was ignored, by address: the reason last logged (one line per
+    // change, not one per event). At most as many as the slices' endpoints.
+    std::map<std::string, std::string> zone_warned_;
 };
 
 }  // namespace kprism

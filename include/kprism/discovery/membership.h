@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kprism/base/address.h"
+#include "kprism/discovery/parse.h"
 #include "kprism/upstreams/upstream.h"
 
 namespace kprism {
@@ -53,8 +54,10 @@ public:
     // Discovery's set of endpoints (`src`: discovered, or snapshot at start): new ones are added
     // and checked before use, those that left drain unless no upstream that stays is up; the
     // configured ones are the floor. An empty set changes nothing; more than kMaxDiscovered keep
-    // the known ones first.
-    void apply_discovered(std::vector<HostPort> endpoints, Source src);
+    // the known ones first. `zones` (by HostPort::str(), valid_zone() checked) become each
+    // upstream's discovered_zone, in force unless a configured zone is set; a change is logged.
+    void apply_discovered(std::vector<HostPort> endpoints, Source src,
+                          const std::map<std::string, std::string>& zones = {});
     // The API just confirmed the discovered set (a list, a watch event or bookmark): the snapshot
     // is written again if it is older than kSnapshotRefreshS, so that its age says how long ago
     // the API last spoke, not how long the membership has been stable.
@@ -66,7 +69,7 @@ public:
     // names now, and an address it no longer names is forgotten (warned again if named again).
     void drop_refused(std::vector<HostPort>& endpoints, const char* origin, const std::string& name);
     // The slices there are now (after a deletion, or a list): what the others named is forgotten.
-    void forget_refused(const std::map<std::string, std::vector<HostPort>>& slices);
+    void forget_refused(const std::map<std::string, DiscoveredSlice>& slices);
 
     // What the ControlPlane tells it. `u` passed a check for the first time in this process: a
     // member goes into the snapshot now.
@@ -92,6 +95,7 @@ public:
 
 private:
     Upstream* find_live(const HostPort& addr);
+    void set_discovered_zone(Upstream& u, const std::string& zone);
     void write_snapshot();
     static void on_snapshot_work(uv_work_t* w);
     static void on_snapshot_done(uv_work_t* w, int status);
@@ -108,7 +112,7 @@ private:
     bool limit_warned_ = false;
     std::string ca_sha256_;
     SnapshotStatus snapshot_;
-    std::vector<std::string> snapshot_set_;  // what the file holds (as far as kprism knows)
+    std::vector<std::string> snapshot_set_;  // what the file holds (as far as kprism knows), each "ip:port zone"
     bool api_set_ = false;  // discovered_ came from the API (not only from the snapshot)
     uv_work_t snapshot_work_{};
     bool snapshot_writing_ = false;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -95,6 +96,12 @@ struct DiscoveredSlice {
     // Admitted endpoints in the slice's order, without duplicates: is_ip always, port != 0, host the
     // canonical text of the address (inet_ntop: "fd00::1", never "fd00:0::1"), without brackets.
     std::vector<HostPort> endpoints;
+    // By HostPort::str() of an admitted endpoint (the first entry of a repeated address): its
+    // `zone` when that passes valid_zone() and is not empty; else, when the slice gave one that
+    // does not, why it was ignored in zone_errors ("'x y' is not a label value ...", no field
+    // path: the same zone reads the same in a list and in a watch event; the endpoint is admitted
+    // all the same).
+    std::map<std::string, std::string> zones, zone_errors;
 };
 struct SliceList {
     std::string resource_version;
@@ -118,6 +125,13 @@ inline constexpr size_t kMaxSliceListBytes = 4u << 20, kMaxWatchEventBytes = 1u 
 inline constexpr size_t kMaxResourceVersion = 64;
 bool valid_resource_version(std::string_view rv);
 
+// An endpoint's zone (discovery.k8s.io/v1 Endpoint.zone, the node's topology.kubernetes.io/zone
+// label): a Kubernetes label value, at most kMaxZone bytes of [A-Za-z0-9._-], beginning and ending
+// with a letter or digit; empty is valid (no zone). False with `why` (naming the value, quoted and
+// cut to 64 bytes) for anything else.
+inline constexpr size_t kMaxZone = 63;
+bool valid_zone(std::string_view zone, std::string& why);
+
 // Both return false with a one-line reason in `err` (naming the field and the bad value) for
 // anything not a well-formed EndpointSlice list / watch event; `out` is then unspecified. JSON is
 // read by parse_json (json.h: depth 32). Never throw.
@@ -127,7 +141,9 @@ bool valid_resource_version(std::string_view rv);
 // named "https", else the only entry, else none; a chosen port without a number or with a protocol
 // other than TCP yields no endpoints, one outside 1..65535 is an error. Each endpoint:
 // addresses[0], an IP literal of the slice's family (else an error), skipped when
-// conditions.ready == false or conditions.terminating == true. More than kMaxSliceEndpoints
+// conditions.ready == false or conditions.terminating == true. Its `zone` (absent or null: none)
+// is kept when valid_zone() passes; any other value (not a string, too long, other characters) is
+// recorded in zone_errors and never fails the slice. More than kMaxSliceEndpoints
 // endpoints in one slice, or more than kMaxSlices items in a list, is an error.
 // The list needs metadata.resourceVersion and items (null: none); a watch event needs the object's resourceVersion
 // (except ERROR, whose object is a Status: code, message). A resourceVersion, wherever present (the

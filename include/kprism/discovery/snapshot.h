@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,11 +17,17 @@ struct DiscoverySnapshot {
     int64_t written_unix = 0;
     std::string ca_sha256;            // of the CA file's bytes: a snapshot of another cluster is foreign
     std::vector<HostPort> endpoints;  // IP literals with their ports
-    // Version 2 (what render_snapshot writes): every endpoint passed a readiness check (membership.cc
-    // says when). Version 1 (written before) lists every admitted endpoint, checked or not: read
-    // with `checked` false.
+    // The zone the slices gave an endpoint, by its HostPort::str(); only non-empty valid zones
+    // (valid_zone). Version 3 only: versions 1 and 2 carry none.
+    std::map<std::string, std::string> zones;
+    // Versions 2 and 3: every endpoint passed a readiness check (membership.cc says when). Version
+    // 1 lists every admitted endpoint, checked or not: read with `checked` false.
     bool checked = true;
 };
+
+// The format render_snapshot writes (3: endpoints as {"address", "zone"} objects); versions 1 and
+// 2 (endpoints as "ip:port" strings) are still read; any other version is refused.
+constexpr int kSnapshotVersion = 3;
 
 // A snapshot file is at most this large (32 endpoints take about 1.5 KiB).
 constexpr size_t kMaxSnapshotBytes = 64 * 1024;
@@ -28,8 +35,9 @@ constexpr size_t kMaxSnapshotBytes = 64 * 1024;
 constexpr int64_t kSnapshotFutureSkewS = 300;
 
 std::string render_snapshot(const DiscoverySnapshot& s);
-// The format alone: kind, version (1 or 2), types, at most kMaxDiscovered IP endpoints. False with
-// `err`.
+// The format alone: kind, version (1 to kSnapshotVersion; a newer one is refused as written by a
+// newer kprism), types, at most kMaxDiscovered IP endpoints, each zone valid (valid_zone). False
+// with `err`.
 bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& err);
 // Reads and checks the file at start: its size, format, CA (`ca_sha256` of the current CA file;
 // empty: unknown, then any differs) and age against `max_age_s` at `now_unix`. False with the one

@@ -112,7 +112,12 @@ struct Upstream {
     // For logs, /status and the metrics' upstream label: addr.str(), or for an address of a
     // hostname endpoint "HOST@ADDRESS:PORT" (name_address_label): one word, unique per address.
     std::string name;
+    // The zone in force (selection, /status): the configured one when set (an operator's explicit
+    // word wins), else the one the slices give (discovery, or the snapshot read at start).
     std::string zone;
+    std::string configured_zone;  // Endpoint::zone of the configured endpoint (or name) it is, or empty
+    std::string discovered_zone;  // from the slices while they list it, valid_zone() checked; or empty
+    void settle_zone() { zone = !configured_zone.empty() ? configured_zone : discovered_zone; }
     std::string server_name;  // Endpoint::server_name: configured TLS name, or empty
     Source source = Source::configured;
     // An address of a hostname endpoint: that endpoint as configured ("api.example.com:6443");
@@ -220,7 +225,8 @@ bool parse_name_address_label(std::string_view label, std::string& hostname, Hos
 class UpstreamPool {
 public:
     UpstreamPool() = default;
-    // Adds an endpoint (reusing a drained removed slot if there is one); nullptr when full.
+    // Adds an endpoint (reusing a drained removed slot if there is one); nullptr when full. `zone`
+    // is the configured one (Upstream::configured_zone).
     Upstream* add(const HostPort& addr, std::string zone = "", std::string server_name = "");
     // Adds `address` (its port set) as an address of the hostname endpoint `endpoint`, named
     // name_address_label(endpoint.host, address); nullptr when full.

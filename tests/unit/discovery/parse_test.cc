@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -481,6 +482,97 @@ std::string event_err(const std::string& line) {
     EXPECT_FALSE(kprism::parse_watch_event(line, e, err)) << line;
     EXPECT_FALSE(err.empty());
     return err;
+}
+
+// ---- zones ----
+
+TEST(DiscoveryZones, ValidZone) {
+    std::string why;
+    for (const std::string& z : std::vector<std::string>{"", "a", "b", "zone-a", "eu-west-1a", "us_east.1", "Z9", std::string(63, 'x')})
+        EXPECT_TRUE(kprism::valid_zone(z, why)) << z;
+    struct Case {
+        std::string zone, reason;
+    } cases[] = {
+        {std::string(64, 'x'), "is 64 bytes, at most 63"},
+        {std::string(100000, 'x'), "is 100000 bytes, at most 63"},
+        {"a b", "'a b' is not a label value (want A-Z a-z 0-9 . _ -)"},
+        {"a/b", "not a label value"},
+        {"zone\n", "'zone?' is not a label value"},
+        {std::string("a\0b", 3), "'a?b' is not a label value"},
+        {"\xc3\xa9t\xc3\xa9", "not a label value"},
+        {"-a", "must begin and end with a letter or digit"},
+        {"a.", "must begin and end with a letter or digit"},
+        {"_", "must begin and end with a letter or digit"},
+    };
+    for (const auto& c : cases) {
+        why.clear();
+        EXPECT_FALSE(kprism::valid_zone(c.zone, why)) << c.zone.substr(0, 80);
+        EXPECT_NE(why.find(c.reason), std::string::npos) << why;
+        EXPECT_LE(why.size(), 160u) << "the value is quoted cut to 64 bytes";
+    }
+}
+
+// An endpoint's zone, from a list and from a watch event: kept when valid, none when absent, null
+// or empty; anything else recorded with its reason and never an error of the slice (the endpoint
+// is still admitted).
+TEST(DiscoveryZones, ParsedPerEndpoint) {
+    const std::string eps = std::string(R"([)") +
+        R"({"addresses":["10.0.0.1"],"zone":"b"},)" +                              // valid
+        R"({"addresses":["10.0.0.2"]},)" +                                         // absent
+        R"({"addresses":["10.0.0.3"],"zone":null},)" +                             // null
+        R"({"addresses":["10.0.0.4"],"zone":""},)" +                               // empty
+        R"({"addresses":["10.0.0.5"],"zone":")" + std::string(64, 'z') + R"("},)" +  // too long
+        R"({"addresses":["10.0.0.6"],"zone":"not valid!"},)" +                     // characters
+        R"({"addresses":["10.0.0.7"],"zone":42},)" +                               // not a string
+        R"({"addresses":["10.0.0.8"],"zone":{"name":"b"}},)" +
+        R"({"addresses":["10.0.0.9"],"zone":["b"]},)" +
+        R"({"addresses":["10.0.0.10"],"zone":true},)" +
+        R"({"addresses":["10.0.0.11"],"zone":"-b"},)" +
+        R"({"addresses":["10.0.0.1"],"zone":"c"},)" +                              // repeated: the first stays
+        R"({"addresses":["10.0.0.12"],"zone":"a","conditions":{"ready":false}})" + // not admitted
+        "]";
+    auto check = [](const DiscoveredSlice& s) {
+        ASSERT_EQ(s.endpoints.size(), 11u) << "every ready endpoint admitted, whatever its zone";
+        EXPECT_EQ(s.zones, (std::map<std::string, std::string>{{"10.0.0.1:6443", "b"}}));
+        ASSERT_EQ(s.zone_errors.size(), 7u);
+        EXPECT_NE(s.zone_errors.at("10.0.0.5:6443").find("is 64 bytes, at most 63"), std::string::npos);
+        EXPECT_NE(s.zone_errors.at("10.0.0.6:6443").find("'not valid!' is not a label value"), std::string::npos);
+        EXPECT_EQ(s.zone_errors.at("10.0.0.7:6443"), "want a string, not number");
+        EXPECT_EQ(s.zone_errors.at("10.0.0.8:6443"), "want a string, not object");
+        EXPECT_EQ(s.zone_errors.at("10.0.0.9:6443"), "want a string, not array");
+        EXPECT_EQ(s.zone_errors.at("10.0.0.10:6443"), "want a string, not boolean");
+        EXPECT_NE(s.zone_errors.at("10.0.0.11:6443").find("must begin and end"), std::string::npos);
+    };
+    SliceList l = list_ok(list_json({slice_json("kubernetes", "IPv4", eps, kHttps)}));
+    ASSERT_EQ(l.items.size(), 1u);
+    check(l.items[0]);
+    WatchEvent e;
+    std::string err;
+    ASSERT_TRUE(kprism::parse_watch_event(R"({"type":"MODIFIED","object":)" + slice_json("kubernetes", "IPv4", eps, kHttps) + "}",
+                                  e, err))
+        << err;
+    check(e.slice);
+    // IPv6: keyed by the canonical text with brackets, as HostPort::str() prints it.
+    l = list_ok(list_json({slice_json("v6", "IPv6", R"([{"addresses":["fd00:0::1"],"zone":"b"}])", kHttps)}));
+    EXPECT_EQ(l.items[0].zones, (std::map<std::string, std::string>{{"[fd00::1]:6443", "b"}}));
+    // A zone the slice cannot be used for (FQDN, no port) records nothing.
+    l = list_ok(list_json({slice_json("f", "FQDN", R"([{"addresses":["api"],"zone":"bad zone"}])", kHttps)}));
+    EXPECT_TRUE(l.items[0].zones.empty() && l.items[0].zone_errors.empty());
+}
+
+// A slice of 1000 endpoints each with a 100 KB zone: refused zones, bounded reasons.
+TEST(DiscoveryZones, HostileZonesStayBounded) {
+    std::string eps = "[";
+    const std::string big(1000, 'q');
+    for (int i = 0; i < 1000; ++i)
+        eps += (i ? "," : "") + std::string(R"({"addresses":["10.0.)") + std::to_string(i / 250) + "." +
+               std::to_string(i % 250) + R"("],"zone":")" + big + R"("})";
+    eps += "]";
+    SliceList l = list_ok(list_json({slice_json("a", "IPv4", eps, kHttps)}));
+    ASSERT_EQ(l.items[0].endpoints.size(), 1000u);
+    EXPECT_TRUE(l.items[0].zones.empty());
+    ASSERT_EQ(l.items[0].zone_errors.size(), 1000u);
+    for (const auto& [addr, why] : l.items[0].zone_errors) EXPECT_LE(why.size(), 120u) << why;
 }
 
 TEST(DiscoveryEvents, EachType) {

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "kprism/discovery/snapshot.h"
@@ -36,6 +37,7 @@ DiscoverySnapshot sample() {
     EXPECT_TRUE(parse_host_port("10.0.0.1:6443", a, nullptr));
     EXPECT_TRUE(parse_host_port("[fd00::2]:443", b, nullptr));
     s.endpoints = {a, b};
+    s.zones = {{"10.0.0.1:6443", "zone-a"}};  // [fd00::2]:443 has none
     return s;
 }
 
@@ -43,8 +45,8 @@ DiscoverySnapshot sample() {
 
 TEST(DiscoverySnapshot, RoundTrip) {
     std::string text = render_snapshot(sample());
-    EXPECT_EQ(text, R"({"kind":"kprism-discovery-snapshot","version":2,"written_unix":1000000,"ca_sha256":"ab12",)"
-                    R"("endpoints":["10.0.0.1:6443","[fd00::2]:443"]})"
+    EXPECT_EQ(text, R"({"kind":"kprism-discovery-snapshot","version":3,"written_unix":1000000,"ca_sha256":"ab12",)"
+                    R"("endpoints":[{"address":"10.0.0.1:6443","zone":"zone-a"},{"address":"[fd00::2]:443"}]})"
                     "\n");
     DiscoverySnapshot back;
     std::string err;
@@ -52,8 +54,98 @@ TEST(DiscoverySnapshot, RoundTrip) {
     EXPECT_EQ(back.written_unix, 1'000'000);
     EXPECT_EQ(back.ca_sha256, "ab12");
     ASSERT_EQ(back.endpoints.size(), 2u);
+    EXPECT_EQ(back.endpoints[0].str(), "10.0.0.1:6443");
     EXPECT_EQ(back.endpoints[1].str(), "[fd00::2]:443");
+    EXPECT_EQ(back.zones, (std::map<std::string, std::string>{{"10.0.0.1:6443", "zone-a"}}));
     EXPECT_TRUE(back.checked);
+    EXPECT_EQ(render_snapshot(back), text);
+}
+
+// Version 2 (the layout before zones: "ip:port" strings, every one checked) is still read: the
+// same endpoints, checked, with no zone.
+TEST(DiscoverySnapshot, VersionTwoIsReadWithoutZones) {
+    DiscoverySnapshot back;
+    std::string err;
+    ASSERT_TRUE(parse_snapshot(R"({"kind":"kprism-discovery-snapshot","version":2,"written_unix":1000000,)"
+                               R"("ca_sha256":"ab12","endpoints":["10.0.0.1:6443","[fd00::2]:443"]})"
+                               "\n",
+                               back, err))
+        << err;
+    EXPECT_TRUE(back.checked);
+    ASSERT_EQ(back.endpoints.size(), 2u);
+    EXPECT_EQ(back.endpoints[1].str(), "[fd00::2]:443");
+    EXPECT_TRUE(back.zones.empty());
+    // Objects are version 3's form, not version 2's.
+    EXPECT_FALSE(parse_snapshot(R"({"kind":"kprism-discovery-snapshot","version":2,"written_unix":1,"ca_sha256":"",)"
+                                R"("endpoints":[{"address":"10.0.0.1:6443"}]})",
+                                back, err));
+    EXPECT_NE(err.find("not an IP address with a port"), std::string::npos) << err;
+}
+
+// A snapshot from a newer kprism (or any version this one does not know) is refused with a reason
+// that says so; kprism then starts as with no snapshot (membership.cc: "discovery snapshot ignored").
+TEST(DiscoverySnapshot, UnknownVersionsAreRefused) {
+    struct Case {
+        std::string version, reason;
+    } cases[] = {
+        {"4", "version 4 is newer than this kprism reads (1 to 3): written by a newer kprism"},
+        {"9223372036854775807", "is newer than this kprism reads"},
+        {"0", "version 0 is unknown (this kprism reads 1 to 3)"},
+        {"-1", "version -1 is unknown"},
+        {"\"3\"", "version missing or not an integer"},
+        {"3.5", "version missing or not an integer"},
+        {"null", "version missing or not an integer"},
+    };
+    for (const auto& c : cases) {
+        DiscoverySnapshot s;
+        std::string err;
+        EXPECT_FALSE(parse_snapshot(R"({"kind":"kprism-discovery-snapshot","version":)" + c.version +
+                                        R"(,"written_unix":1,"ca_sha256":"","endpoints":[{"address":"10.0.0.1:6443"}]})",
+                                    s, err))
+            << c.version;
+        EXPECT_NE(err.find(c.reason), std::string::npos) << c.version << ": " << err;
+    }
+    TempDir d;
+    const std::string p = d.file("discovery.json");
+    put(p, R"({"kind":"kprism-discovery-snapshot","version":4,"written_unix":1000000,"ca_sha256":"ab12",)"
+           R"("endpoints":[{"address":"10.0.0.1:6443","zone":"a","weight":2}]})");
+    DiscoverySnapshot s;
+    std::string why;
+    EXPECT_FALSE(load_snapshot(p, "ab12", 86400, 1'000'060, s, why));
+    EXPECT_NE(why.find("newer kprism"), std::string::npos) << why;
+}
+
+// Version 3's zones are checked as the slices' are: a file that breaks the rules is refused whole
+// (kprism wrote it; anything else is tampering or damage).
+TEST(DiscoverySnapshot, VersionThreeZonesAreChecked) {
+    auto with = [](const std::string& ep) {
+        return R"({"kind":"kprism-discovery-snapshot","version":3,"written_unix":1,"ca_sha256":"","endpoints":[)" + ep + "]}";
+    };
+    DiscoverySnapshot s;
+    std::string err;
+    ASSERT_TRUE(parse_snapshot(with(R"({"address":"10.0.0.1:6443","zone":""},{"address":"10.0.0.2:6443","zone":null},)"
+                                    R"({"address":"10.0.0.3:6443","zone":"eu-west-1a","x":1})"),
+                               s, err))
+        << err;
+    EXPECT_EQ(s.endpoints.size(), 3u);
+    EXPECT_EQ(s.zones, (std::map<std::string, std::string>{{"10.0.0.3:6443", "eu-west-1a"}}));
+    struct Case {
+        std::string ep, reason;
+    } cases[] = {
+        {R"({"address":"10.0.0.1:6443","zone":"a b"})", "zone 'a b' is not a label value"},
+        {R"({"address":"10.0.0.1:6443","zone":")" + std::string(64, 'z') + R"("})", "is 64 bytes, at most 63"},
+        {R"({"address":"10.0.0.1:6443","zone":"-a"})", "must begin and end with a letter or digit"},
+        {R"({"address":"10.0.0.1:6443","zone":7})", "zone not a string"},
+        {R"({"address":"10.0.0.1:6443","zone":["a"]})", "zone not a string"},
+        {R"({"zone":"a"})", "not an IP address with a port"},
+        {R"({"address":7})", "not an IP address with a port"},
+        {R"({"address":"api:6443"})", "not an IP address with a port"},
+        {R"("10.0.0.1:6443")", "not an IP address with a port"},
+    };
+    for (const auto& c : cases) {
+        EXPECT_FALSE(parse_snapshot(with(c.ep), s, err)) << c.ep;
+        EXPECT_NE(err.find(c.reason), std::string::npos) << c.ep << ": " << err;
+    }
 }
 
 // Version 1 listed every admitted endpoint, checked or not: still read, its endpoints unchecked.
@@ -78,8 +170,8 @@ TEST(DiscoverySnapshot, BadFormsAreRefusedWithAReason) {
         {"\x01\x02\xff garbage", "not JSON"},
         {"[]", "not a kprism-discovery-snapshot document"},
         {R"({"kind":"Other","version":1})", "not a kprism-discovery-snapshot document"},
-        {R"({"kind":"kprism-discovery-snapshot","version":3,"written_unix":1,"ca_sha256":"","endpoints":[]})",
-         "version is not 1 or 2"},
+        {R"({"kind":"kprism-discovery-snapshot","version":4,"written_unix":1,"ca_sha256":"","endpoints":[]})",
+         "version 4 is newer"},
         {R"({"kind":"kprism-discovery-snapshot","version":1,"written_unix":"1","ca_sha256":"","endpoints":[]})",
          "wrong type"},
         {R"({"kind":"kprism-discovery-snapshot","version":1,"written_unix":1,"ca_sha256":"","endpoints":["api:6443"]})",
