@@ -570,7 +570,8 @@ bool ControlPlane::adopt_by_name(Upstream& u, const Config& next) {
         u.of_name = n.name;
         u.hostname = n.addr.host;
         u.name = name_address_label(n.addr.host, u.sa);
-        u.zone = kept->zone;
+        u.configured_zone = kept->zone;
+        u.settle_zone();
         u.server_name = kept->server_name;
         membership_->keep(u);
         log::info("endpoint removed; its address stays as an address of a name that resolves to it",
