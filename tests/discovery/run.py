@@ -9,7 +9,8 @@ then used at a start with the API unreachable; c corrupt snapshots ignored; e a 
 that fails readiness never used, also failing open, nor kept in the snapshot; g IPv6; d the slices
 briefly list nothing; o kprism's own listener and (by default) loopback, link-local and multicast
 addresses refused; p snapshot members never checked get no client connection, failing open or
-without a client certificate; q a hostname endpoint beside discovery; z zones from the slices.
+without a client certificate; q a hostname endpoint beside discovery; y a configured endpoint's zone
+against the slices'; z zones from the slices.
 Prints `discovery: ok/FAIL/info:` lines and last `discovery: N passed, M failed`; exit 1 on a failure.
 
 The stand-ins of one discovery test share one port on 127.0.0.11-14 (the slice is built from the
@@ -25,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -1195,6 +1197,118 @@ class Run:
             dns.kill()
             dns.wait()
 
+    # y: a configured endpoint's zone against the slices'. A --config file with zone = "b" names a1
+    # with zone "a" and a4 without one. a4 shares the store (kprism's watch may go through it) on a
+    # port above the shared one: the reconciled slice, made from the first port's subset, never
+    # lists it. A slice giving a1 zone b: a1 keeps a, one "another zone" line. A slice giving a4
+    # zone b: a4 (still configured) takes it and every new connection; that slice deleted, a4 is in
+    # no slice and its zone is empty again. Hostile zones (70 characters for a3, "a b" for a2): one
+    # warning each, used, without a zone.
+    def case_y(self):
+        a1, a2, a3 = self.a1, self.a2, self.a3
+
+        def free_above(p):
+            for q in range(p + 1, min(p + 2000, 65536)):
+                with socket.socket() as sk:
+                    try:
+                        sk.bind((ADDRS[3], q))
+                        return q
+                    except OSError:
+                        continue
+            raise RuntimeError(f"no free port above {p} on {ADDRS[3]}")
+        a4 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 4, addr=ADDRS[3],
+                           port=free_above(self.pl.port))
+        a4.start(*STANDIN_FLAGS)
+        cfg = os.path.join(self.d, "y.toml")
+        with open(cfg, "w") as f:
+            f.write(f'zone = "b"\nendpoints = [\n  {{ address = "{a1.endpoint}", zone = "a" }},\n'
+                    f'  "{a4.endpoint}",\n]\n')
+
+        def zoned(addr, zone):
+            return [{"addresses": [addr], "conditions": {"ready": True}, "zone": zone}]
+        slices = ["kprism-test-y-a1", "kprism-test-y-a4", "kprism-test-y-bad"]
+        n = Node(self, "y", [], extra=["--config", cfg])
+
+        def zone(s):
+            return n.ups().get(s.endpoint, {}).get("zone")
+
+        def served(k=12):
+            return {who for _, who in get_through(self.pl.ctx, n.port, k)}
+
+        def lines(msg, s):
+            return [line[line.find("msg="):] for line in n.log().splitlines()
+                    if f'msg="{msg}' in line and f"upstream={s.endpoint} " in line + " "]
+
+        def another_event():
+            events = n.discovery().get("events", 0)
+            return wait_until(lambda: n.discovery().get("events", 0) >= events + 1, 5, 0.1)  # a bookmark or another
+        other = "discovery: the slices give another zone; the configured zone stays"
+        changed = "discovery: endpoint zone changed"
+        ignored = "discovery: endpoint zone ignored; the endpoint is used without a zone"
+        try:
+            want = {a1.endpoint: ("static", "up"), a4.endpoint: ("static", "up"), **self.all_ready([a2, a3])}
+            check(n.wait_ups(want, 15) and zone(a1) == "a" and zone(a4) == "" and
+                  self.pl.slice_endpoints() == set(self.pl.endpoints),
+                  f"y: from the file a1 (zone a) and a4 (no zone) static; a2, a3 discovered; all up; the "
+                  f"reconciled slice lists a1-a3 only ({[zone(s) for s in (a1, a2, a3, a4)]})",
+                  f"{n.brief()} slice={self.pl.slice_endpoints()}")
+
+            # (1) A slice gives the configured a1 zone b: the configured a stays, one line says so.
+            self.pl.post_slice(slices[0], "IPv4", [], self.pl.port, extra=zoned(a1.addr, "b"))
+            said = wait_until(lambda: lines(other, a1), 10, 0.1)
+            check(said and zone(a1) == "a" and n.ups().get(a1.endpoint, {}).get("source") == "static" and
+                  re.search(r"(?<![_\w])zone=a\b", said[0]) and "slices_zone=b" in said[0],
+                  f"y: a slice gives the configured a1 (zone a) zone b: /status keeps a, the line names both "
+                  f"({zone(a1)})", "; ".join(said or []))
+
+            # (2) A slice gives the configured a4, which has no zone, zone b: it takes it, and with
+            # zone = "b" every new connection goes to a4, the one upstream of zone b.
+            self.pl.post_slice(slices[1], "IPv4", [], a4.port, extra=zoned(a4.addr, "b"))  # a4's port
+            took = wait_until(lambda: zone(a4) == "b", 10, 0.1)
+            check(took and n.ups().get(a4.endpoint, {}).get("source") == "static" and len(lines(changed, a4)) == 1,
+                  f"y: a slice gives the configured a4 (no zone) zone b: /status shows b, still static, one "
+                  f"\"endpoint zone changed\" ({zone(a4)})", str(n.brief()))
+            got = served()
+            check(got == {a4.name}, f"y: zone = \"b\": every new connection goes to a4 ({got})")
+            ev = another_event()
+            check(ev and zone(a1) == "a" and len(lines(other, a1)) == 1,
+                  f"y: after more events a1 still zone a and the \"another zone\" line once ({len(lines(other, a1))})",
+                  "; ".join(lines(other, a1)))
+
+            # (3) a4 leaves the slices (still configured): it stays, static and up, its zone empty.
+            self.pl.delete_slice(slices[1])
+            lost = wait_until(lambda: zone(a4) == "", 10, 0.1)
+            moved = lines(changed, a4)
+            check(lost and n.wait_ups(want, 5) and len(moved) == 2 and "was=b" in moved[-1] and
+                  a4.endpoint not in self.pl.slice_endpoints(),
+                  f"y: a4 leaves the slices, still configured: it stays static and up, zone empty in /status "
+                  f"({zone(a4)!r}), a second \"endpoint zone changed\" (was=b)", "; ".join(moved) + f" {n.brief()}")
+            spread = wait_until(lambda: len(served(16) - {""}) >= 2, 10, 0.2)
+            check(spread, f"y: no upstream of zone b left: new connections spread ({served()})")
+
+            # (4) Hostile zones: 70 characters for a3, "a b" for a2. One warning each, no zone, used.
+            self.pl.post_slice(slices[2], "IPv4", [], self.pl.port,
+                               extra=zoned(a3.addr, "z" * 70) + zoned(a2.addr, "a b"))
+            warned = wait_until(lambda: lines(ignored, a3) and lines(ignored, a2), 10, 0.1)
+            ev = another_event()
+            w3, w2 = lines(ignored, a3), lines(ignored, a2)
+            check(warned and ev and len(w3) == 1 and "is 70 bytes, at most 63" in w3[0] and
+                  len(w2) == 1 and "not a label value" in w2[0] and zone(a3) == "" and zone(a2) == "",
+                  f"y: a 70-character zone (a3) and \"a b\" (a2): one warning each with the reason, no zone "
+                  f"({zone(a3)!r}, {zone(a2)!r})", "; ".join(w3 + w2))
+            seen = set()
+            used = wait_until(lambda: seen.update(served(8)) or {a2.name, a3.name} <= seen, 15, 0.2)
+            check(used and n.wait_ups(want, 5), f"y: a2 and a3 still up and taking new connections ({sorted(seen)})",
+                  str(n.brief()))
+            check(zone(a1) == "a" and len(lines(other, a1)) == 1,
+                  f"y: at the end a1 still zone a, the \"another zone\" line still once ({len(lines(other, a1))})")
+        finally:
+            n.stop()
+            for name in slices:
+                wait_until(lambda: self.pl.delete_slice(name) in (200, 404), 10, 0.2)
+            a4.terminate()
+            a4.wait_exit(30)
+
     # z: zones from the slices. A node with --zone b sends new connections to the discovered ready
     # upstream of zone b, to the others while it is not ready; a zone that changes in a later event
     # changes the upstream's; an invalid zone is ignored with one warning, its endpoint still used.
@@ -1274,7 +1388,7 @@ class Run:
             a4.terminate()
             a4.wait_exit(30)
 
-CASES = "fabcieghlmnopqzjkd"  # d last: it restarts the stand-ins
+CASES = "fabcieghlmnopqyzjkd"  # d last: it restarts the stand-ins
 
 
 def where(e):
