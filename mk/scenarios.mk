@@ -22,7 +22,8 @@ scenarios: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## control-plane scenarios,
 # Discovery (tests/discovery/README.md): kprism with --enable-discovery against the Go
 # stand-ins' default/kubernetes EndpointSlice: an apiserver added and one removed under load, the
 # snapshot at a start with the API unreachable, corrupt snapshots, an empty slice, an unready
-# discovered address, discovery off, IPv6, more than 32, a hung watch, 410, every member replaced.
+# discovered address, discovery off, IPv6, more than 32, a hung watch, 410, every member replaced,
+# zones (from the slices, a configured one winning, invalid ones).
 # Not root; about 130 s. Ends with tests/leftovers.py.
 .PHONY: test-discovery
 test-discovery: $(BUILD)/kprism $(BUILD)/kprism-apiserver ## discovery from the default/kubernetes EndpointSlices against the Go stand-ins (about 130 s)
