@@ -307,7 +307,8 @@ TEST(Hostname, RemovedIpEndpointStaysAsTheNamesAddress) {
         std::rename((cf + ".tmp").c_str(), cf.c_str());
     };
     const std::string name = kName + ":" + std::to_string(port), ip2 = "127.0.0.2:" + std::to_string(port);
-    write("\"" + name + "\", \"" + ip2 + "\"");
+    // The stand-in's certificate names the hostname, not 127.0.0.2: the IP endpoint verifies the name.
+    write("\"" + name + "\", { address = \"" + ip2 + "\", server_name = \"" + kName + "\" }");
     Kprism k({}, tls_flags(pki, {"--config", cf}), Spawn{{dns.dns_env()}, {}});
     ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + ip2)) << k.output();
     ASSERT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name + " addresses=" + ip2)) << k.output();
