@@ -42,6 +42,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 root=$(cd "$here/.." && pwd)
 smoke=0
 case "${1:-}" in
@@ -90,17 +91,8 @@ chmod 755 "$tmp" # nginx workers (user nobody) read the bulk file
 PIDS=() # every process started, killed at exit
 AUTOGROUP_OLD=""
 cleanup() {
-    local p
     [ -z "$AUTOGROUP_OLD" ] || echo "$AUTOGROUP_OLD" >/proc/$$/autogroup 2>/dev/null || true
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for _ in $(seq 50); do
-        local alive=0
-        for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ $alive = 0 ] && break
-        sleep 0.1
-    done
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    stop_pids "${PIDS[@]}"
     rm -rf "$tmp"
 }
 trap cleanup EXIT

@@ -24,6 +24,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
 root=$(cd "$here/.." && pwd)
 do_cpu=1; do_sys=1
 case "${1:-}" in
@@ -52,16 +53,7 @@ tmp=$(mktemp -d /dev/shm/kprism-cpu.XXXXXX 2>/dev/null || mktemp -d)
 chmod 755 "$tmp"
 PIDS=()
 cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for _ in $(seq 50); do
-        local alive=0
-        for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ $alive = 0 ] && break
-        sleep 0.1
-    done
-    for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    stop_pids "${PIDS[@]}"
     rm -rf "$tmp"
 }
 trap cleanup EXIT

@@ -355,16 +355,11 @@ type etcdWatchResponse struct {
 // carries the revision of the last event sent.
 func (c *etcdClient) watch(ctx context.Context, prefix string, from int64, _ time.Duration, out chan<- storeEvent) error {
 	defer close(out)
-	if err := c.gate(ctx); err != nil {
+	ctx, end, err := c.startWatch(ctx)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	untrack, ok := c.track(cancel)
-	if !ok {
-		return errStoreTimeout
-	}
-	defer untrack()
+	defer end()
 	p := etcdKey(prefix)
 	create, _ := json.Marshal(map[string]interface{}{"create_request": map[string]interface{}{
 		"key": b64(p), "range_end": b64(prefixEnd(p)), "start_revision": strconv.FormatInt(from+1, 10),

@@ -394,6 +394,21 @@ func (c *lossSwitch) track(cancel context.CancelFunc) (untrack func(), ok bool) 
 	}, true
 }
 
+// startWatch is where both store clients' watches begin: it waits out a lost etcd (gate) and
+// gives a context that losing etcd cancels; end() releases it.
+func (c *lossSwitch) startWatch(ctx context.Context) (wctx context.Context, end func(), err error) {
+	if err := c.gate(ctx); err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	untrack, ok := c.track(cancel)
+	if !ok {
+		cancel()
+		return nil, nil, errStoreTimeout
+	}
+	return wctx, func() { untrack(); cancel() }, nil
+}
+
 // storeClient is the client of the shared unix-socket store.
 type storeClient struct {
 	lossSwitch
@@ -453,16 +468,11 @@ func (c *storeClient) ping(ctx context.Context, timeout time.Duration) error {
 
 func (c *storeClient) watch(ctx context.Context, prefix string, from int64, progress time.Duration, out chan<- storeEvent) error {
 	defer close(out)
-	if err := c.gate(ctx); err != nil {
+	ctx, end, err := c.startWatch(ctx)
+	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	untrack, ok := c.track(cancel)
-	if !ok {
-		return errStoreTimeout
-	}
-	defer untrack()
+	defer end()
 	u := fmt.Sprintf("http://store/watch?prefix=%s&from=%d&progressMs=%d", url.QueryEscape(prefix), from, progress.Milliseconds())
 	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
 	resp, err := c.stream.Do(req)
