@@ -6,26 +6,26 @@
 # harness exec's KPRISM_BIN and KPRISM_STANDIN, so those are small wrapper scripts in
 # build/arm64-static/qemu/ that exec qemu on the real binary. The binaries are static (`make arm64`),
 # so qemu needs no arm64 loader or library (-L).
-# Left out (ARM64_SKIP below; ARM64_SKIP= runs everything), 17 tests, each group for its reason:
+# Left out (ARM64_SKIP below; ARM64_SKIP= runs everything), 8 tests, each group for its reason:
 #  - an in-place restart execve()s kprism's own aarch64 image, which the kernel hands to qemu only
 #    through binfmt_misc (not used here): RestartInPlace.*.
 #  - emulation: these run kprism with health timeouts of 150 to 500 ms (its own timers, which
 #    KPRISM_TEST_TIME_SCALE does not stretch), and an emulated TLS handshake and probe take longer,
 #    so checks time out ("no response within 500ms"), connections and sessions are replaced and
-#    upstreams go down: six ProbeKeepalive tests (ChunkedFailureKeepsTheConnection,
-#    ClosedBeforeAnAnswerMovesToANewConnectionOnce, NewConnectionEveryIntervalResumed,
-#    ProbesReuseOneConnection, RotationOpensANewConnection, TimeoutAfterTheHandshakeKeepsTheSession),
-#    Health.SessionsAreResumed, Health.RiseFallAndFastRecheck,
-#    ControlPlane.FailingChecksAreTheReason, ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst,
-#    ControlPlane.StrandedOnDown503MoveOnceAnotherIsUp, ControlPlane.StrandedOnDownEtcdMoveOnceAnotherIsUp,
-#    Credentials.UntrustedFromTheStartFailsOpenEvenFailClosed.
-# On a loaded machine more of the timing tests fail the same way, different ones each run: at load
-# average 4.4 on 2 cores three did (Credentials.ExpiryIsOneConditionFailingOpenAndClosingNothing,
-# Health.LatencyPolicyPrefersNearestReady, Notify.ReadyAfterFirstRoundAndStatusFollowsHealth), at 8
-# six to eight (ControlPlane, Credentials, Notify, Rebalance, ProbeKeepalive): three shards of
-# emulated kprism, stand-ins and tests on two cores. So each binary's failed tests, when at most
-# TEST_RERUN_FAILED (make test-arm64: ARM64_RERUN, 5) and none crashed, run once more alone, with the
-# machine to themselves; the "rerun:" line names every test that passed only then.
+#    upstreams go down. Each of these failed even alone on a quiet machine (load 0.4): four
+#    ProbeKeepalive tests (ChunkedFailureKeepsTheConnection, NewConnectionEveryIntervalResumed,
+#    ProbesReuseOneConnection, RotationOpensANewConnection) and
+#    ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst. Eight more of the kind
+#    (Health.RiseFallAndFastRecheck, ProbeKeepalive.TimeoutAfterTheHandshakeKeepsTheSession, ...)
+#    passed alone there, so they run.
+# Timing tests fail now and then under emulation, different ones each run, more on a loaded machine
+# (three shards of emulated kprism, stand-ins and tests on two cores: at load average 4.4, three;
+# at 8, six to eight). So each binary's failed tests, when at most TEST_RERUN_FAILED
+# (make test-arm64: ARM64_RERUN, 5) and none crashed, run once more alone, with the machine to
+# themselves; the "rerun:" line names every test that passed only then, and one that fails again
+# fails the run. On a quiet machine (load 0.4 to 1.8): 587 passed, 0 failed, 3 of them on the
+# rerun (Health.LatencyPolicyPrefersNearestReady, Health.RiseFallAndFastRecheck,
+# ProbeKeepalive.TimeoutAfterTheHandshakeKeepsTheSession), in 3 min.
 # ARM64_TIME_SCALE (default 1) is passed to the harness as KPRISM_TEST_TIME_SCALE: its deadlines
 # are that many times longer.
 # Ends with "test: N passed, M failed" (tests/run.sh), after a line naming what was left out.
@@ -48,7 +48,7 @@ done
 if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
     echo "arm64: note: binfmt_misc has qemu-aarch64 registered; this run does not rely on it"
 fi
-ARM64_SKIP=${ARM64_SKIP-RestartInPlace.*:ProbeKeepalive.ChunkedFailureKeepsTheConnection:ProbeKeepalive.ClosedBeforeAnAnswerMovesToANewConnectionOnce:ProbeKeepalive.NewConnectionEveryIntervalResumed:ProbeKeepalive.ProbesReuseOneConnection:ProbeKeepalive.RotationOpensANewConnection:ProbeKeepalive.TimeoutAfterTheHandshakeKeepsTheSession:Health.SessionsAreResumed:Health.RiseFallAndFastRecheck:ControlPlane.FailingChecksAreTheReason:ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst:ControlPlane.StrandedOnDown503MoveOnceAnotherIsUp:ControlPlane.StrandedOnDownEtcdMoveOnceAnotherIsUp:Credentials.UntrustedFromTheStartFailsOpenEvenFailClosed}
+ARM64_SKIP=${ARM64_SKIP-RestartInPlace.*:ProbeKeepalive.ChunkedFailureKeepsTheConnection:ProbeKeepalive.NewConnectionEveryIntervalResumed:ProbeKeepalive.ProbesReuseOneConnection:ProbeKeepalive.RotationOpensANewConnection:ControlPlane.ReplayedConnectionsClosedAfterOneRequestAreNoBurst}
 echo "arm64: $($QEMU --version | head -1); left out (see tests/arm64/run.sh for why): ${ARM64_SKIP:-nothing}"
 export KPRISM_BIN=$w/kprism KPRISM_STANDIN=$w/kprism-standin KPRISM_TEST_TIME_SCALE=${ARM64_TIME_SCALE:-1}
 [ -n "$ARM64_SKIP" ] && export GTEST_FILTER="-$ARM64_SKIP"
