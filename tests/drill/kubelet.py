@@ -7,10 +7,10 @@ namespace: `kubelet.py SPEC.json`. For every balancer on the node, one client th
   kubelet's node lease controller (component-helpers/apimachinery/lease/controller.go): up to 5
   immediate attempts; from the second failure on, every connection of the client is closed (the
   kubelet's onRepeatedHeartbeatFailure, closeAllConns); after 5 failures a GET with backoff
-  (200 ms doubling to 7 s) until it answers, then the 5 attempts again. The Go stand-in has no
-  Lease resource and no update, so a heartbeat is a ConfigMap create in kube-node-lease (one
-  write through the apiserver to etcd's quorum, as a Lease update is);
-- a GET of the node's base object every 2 s;
+  (200 ms doubling to 7 s) until it answers, then the 5 attempts again;
+  a conflict re-reads the Lease; the Lease is NODE--BALANCER in kube-node-lease (one per
+  balancer, so that the balancers stay independent);
+- a GET of the node's Lease every 2 s;
 - a watch of kube-node-lease resumed from its last resourceVersion (client-go's reflector:
   backoff 800 ms doubling to 30 s; relist on 410 Expired; 45 s without a byte: the connection is
   taken for dead, as HTTP/2's ping would).
@@ -48,6 +48,11 @@ class Log:
     def __call__(self, kind, **kw):
         with self.lock:
             self.f.write(json.dumps({"t": round(time.time(), 3), "k": kind, **kw}) + "\n")
+
+
+def microtime():
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
 class Client:
@@ -102,7 +107,7 @@ class Client:
                 r = c.getresponse()
                 data = r.read()
                 ms = round((time.monotonic() - t0) * 1000)
-                ok = 200 <= r.status < 300 or r.status == 409 and kind == "heartbeat-create"
+                ok = 200 <= r.status < 300
                 self.log(kind, ok=ok, code=r.status, ms=ms, retried=attempt)
                 if r.will_close:
                     self.drop(c)
@@ -126,51 +131,55 @@ class Client:
         self.log(kind, ok=False, hung=hung, err=f"{type(e).__name__}: {e}"[:160], ms=ms, retried=attempt)
         return None, None
 
-    # The base object: what the GETs read and the heartbeat's "ensure" step looks for.
+    # The node's Lease: what the heartbeats update and the GETs read.
     def base_path(self):
-        return f"/api/v1/namespaces/{NS}/configmaps/{self.lease}"
+        return f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{self.lease}"
 
     def ensure(self, slot):
+        """backoffEnsureLease: GET (create if missing) with backoff 200 ms doubling to 7 s."""
         sleep = 0.1
         while not stop.is_set():
-            code, _ = self.request(slot, "heartbeat-get", "GET", self.base_path())
-            if code == 200:
-                return
+            code, data = self.request(slot, "heartbeat-get", "GET", self.base_path())
             if code == 404:
-                code, _ = self.request(slot, "heartbeat-create", "POST", f"/api/v1/namespaces/{NS}/configmaps",
-                                       {"metadata": {"name": self.lease, "namespace": NS}, "data": {"node": self.lease}})
-                if code in (201, 409):
-                    return
+                code, data = self.request(slot, "heartbeat-create", "POST",
+                                          f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases",
+                                          {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                           "metadata": {"name": self.lease, "namespace": NS},
+                                           "spec": {"holderIdentity": self.lease, "leaseDurationSeconds": 40,
+                                                    "renewTime": microtime()}})
+            if code in (200, 201):
+                self.latest = json.loads(data)
+                return
             sleep = min(2 * sleep, 7.0)
             stop.wait(sleep)
 
-    def renew_once(self, slot):
-        self.seq += 1
-        name = f"{self.lease}-{int(time.time() * 1000)}-{self.seq}"
-        code, _ = self.request(slot, "heartbeat", "POST", f"/api/v1/namespaces/{NS}/configmaps",
-                               {"metadata": {"name": name, "namespace": NS}, "data": {"renewTime": str(time.time())}})
-        return code == 201
+    def retry_update(self, slot):
+        """retryUpdateLease: up to 5 PUTs; a conflict re-reads the Lease; from the second failure
+        on, closeAllConns."""
+        for i in range(5):
+            if stop.is_set():
+                return False
+            lease = dict(self.latest)
+            lease["spec"] = {**lease.get("spec", {}), "renewTime": microtime()}
+            code, data = self.request(slot, "heartbeat", "PUT", self.base_path(), lease)
+            if code == 200:
+                self.latest = json.loads(data)
+                return True
+            if code == 409:
+                self.ensure(slot)
+                continue
+            if i > 0:
+                self.log("close-all")
+                self.close_all()
+        return False
 
     def heartbeat_loop(self):
         slot = [None]
-        self.ensure(slot)
+        self.latest = None
         while not stop.is_set():
-            done = False
-            for i in range(5):
-                if self.renew_once(slot):
-                    done = True
-                    break
-                if i > 0:
-                    self.log("close-all")
-                    self.close_all()
-            if not done:
+            if self.latest is None or not self.retry_update(slot):
                 self.ensure(slot)
-                for i in range(5):
-                    if self.renew_once(slot):
-                        break
-                    if i > 0:
-                        self.log("close-all")
-                        self.close_all()
+                self.retry_update(slot)
             stop.wait(10.0 * (1 + random.uniform(0, 0.04)))
 
     def get_loop(self):
@@ -185,7 +194,7 @@ class Client:
         while not stop.is_set():
             slot = [None]
             if rv is None:
-                code, data = self.request(slot, "list", "GET", f"/api/v1/namespaces/{NS}/configmaps")
+                code, data = self.request(slot, "list", "GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases")
                 if code != 200:
                     stop.wait(backoff)
                     backoff = min(backoff * 2, 30.0)
@@ -194,7 +203,7 @@ class Client:
             c = self.new_conn(timeout=45.0)
             t0 = time.monotonic()
             try:
-                c.request("GET", f"/api/v1/namespaces/{NS}/configmaps?watch=1&resourceVersion={rv}"
+                c.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases?watch=1&resourceVersion={rv}"
                           f"&allowWatchBookmarks=true&timeoutSeconds=300",
                           headers={"Host": "kubernetes", "Accept": "application/json", "User-Agent": "drill-kubelet"})
                 r = c.getresponse()

@@ -53,6 +53,28 @@ def reachable(how, x, y):
     return True
 
 
+def conns_on(samples, bal, members, lo, heal):
+    """The balancer's client connections to the leaderless member(s): how many at the heal, and
+    when (seconds after the cut) the last new one appeared. The balancer's own checks are left
+    out: kprism's kept probe connections (its /status probe_local_port) and, while it has the
+    upstream down, connections that live under 5 s (a check every 5 s with a 3 s timeout)."""
+    first, last, down = {}, {}, {}
+    for s in samples:
+        if not (lo - 5 <= s["t"] <= heal):
+            continue
+        probes = set(s.get("probes", {}).get(bal, []))
+        up = s.get("up", {}).get(bal)
+        for m in members:
+            for p in set(s["conns"].get(bal, {}).get(m, [])) - probes:
+                first.setdefault(p, s["t"])
+                last[p] = s["t"]
+                down.setdefault(p, up is not None and m not in up)
+    final = [p for p, t in last.items() if heal - t < 1.5]
+    real = [p for p in first if not (down[p] and last[p] - first[p] < 5 and heal - last[p] >= 1.5)]
+    new = [first[p] - lo for p in real if first[p] >= lo]
+    return str(len(final)), (f"{max(new):.0f}" if new else "none")
+
+
 def etcd_view(dr, lo, hi):
     """{member: (seconds without a leader, leader changes seen)} in [lo, hi] from /metrics."""
     rows = [r for r in dr.etcd_samples if lo <= r["t"] <= hi]
@@ -104,19 +126,7 @@ def write(a, dr, results, t0):
                 gap = longest_gap([e["t"] for e in ev if e["k"] == "watch-event"], lo, hi)
                 left, last_new = "-", "-"
                 if leaderless:
-                    seen, last = set(), None
-                    for s in samples:
-                        if not (lo - 5 <= s["t"] <= r["heal"]):
-                            continue
-                        probes = set(s.get("probes", {}).get(b["name"], []))
-                        ports = set()
-                        for m in leaderless:
-                            ports |= set(s["conns"].get(b["name"], {}).get(m, [])) - probes
-                        if s["t"] >= lo and ports - seen and seen is not None:
-                            last = s["t"] - lo
-                        seen = ports
-                        left = str(len(ports))
-                    last_new = "none" if last is None else f"{last:.0f}"
+                    left, last_new = conns_on(samples, b["name"], leaderless, lo, r["heal"])
                 lines.append(f"| {n.name} | {b['label']} | {nr:.0f} | {failed} | {hung} | {gap:.0f} | {left} | {last_new} |")
                 if b["name"] == "kprism" and sees_quorate and nr > 0:
                     failures.append(f"cut {r['id']}: {n.name} NotReady {nr:.0f} s through kprism while the quorate "
