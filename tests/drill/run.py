@@ -232,13 +232,14 @@ class Drill:
         node.popen(["/usr/bin/python3", os.path.join(HERE, "kubelet.py"), path], f"{self.logdir}/kubelet-{node.name}.log")
         return out
 
-    def heartbeats_ok(self):
+    def heartbeats_missing(self):
+        out = []
         for n in self.t.nodes:
             for b in self.balancers:
                 p = f"{self.logdir}/{n}--{b['name']}.jsonl"
                 if not os.path.exists(p) or '"k": "heartbeat", "ok": true' not in open(p).read():
-                    return False
-        return True
+                    out.append(f"{n}--{b['name']}")
+        return out
 
     # --- cuts ----------------------------------------------------------------------------
     def apply(self, how):
@@ -299,8 +300,12 @@ class Drill:
         self.note("apiservers ready")
         for n in self.t.nodes.values():
             self.balancers = self.start_balancers(n)
-        if not wait_until(self.heartbeats_ok, 60, 0.5):
-            raise RuntimeError("not every client's first heartbeat went through in 60 s")
+        if not wait_until(lambda: not self.heartbeats_missing(), 60, 0.5):
+            miss = self.heartbeats_missing()
+            for m in miss[:3]:
+                p = f"{self.logdir}/{m}.jsonl"
+                print(f"drill: {m}: " + (open(p).read()[-600:] if os.path.exists(p) else "no log"))
+            raise RuntimeError(f"no heartbeat went through in 60 s for {', '.join(miss)}")
         self.note("every client has a heartbeat through every balancer")
         results = []
         for cid in cuts:
