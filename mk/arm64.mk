@@ -25,6 +25,8 @@ arm64: ## static-arm64, and beside it the arm64 stand-in and unit and integratio
 # (README.md, "Build and test", gives its figures).
 ## ARM64_TIME_SCALE=4: how many times longer the harness waits under emulation (KPRISM_TEST_TIME_SCALE)
 ARM64_TIME_SCALE ?= 4
+## ARM64_RERUN=5: a binary's failed tests, up to this many, run once more alone (tests/run.sh)
+ARM64_RERUN ?= 5
 test-arm64: arm64 ## the arm64 unit and integration tests under qemu-user (make deps-arm64 first)
-	ARM64_TIME_SCALE=$(ARM64_TIME_SCALE) TEST_SHARDS=$(TEST_SHARDS) tests/arm64/run.sh
+	ARM64_TIME_SCALE=$(ARM64_TIME_SCALE) TEST_RERUN_FAILED=$(ARM64_RERUN) TEST_SHARDS=$(TEST_SHARDS) tests/arm64/run.sh
 	tests/leftovers.py $(abspath build/arm64-static)

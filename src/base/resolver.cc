@@ -83,6 +83,13 @@ void collect(const ares_addrinfo* res, size_t max, ResolveResult& out) {
             auto& v6 = reinterpret_cast<sockaddr_in6&>(ss);
             v6.sin6_port = 0;
             v6.sin6_flowinfo = 0;
+            if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr)) {  // ::ffff:a.b.c.d is a.b.c.d: one address, not two
+                sockaddr_in v4{};
+                v4.sin_family = AF_INET;
+                std::memcpy(&v4.sin_addr, &v6.sin6_addr.s6_addr[12], 4);
+                ss = sockaddr_storage{};
+                std::memcpy(&ss, &v4, sizeof v4);
+            }
         } else {
             continue;
         }

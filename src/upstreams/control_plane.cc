@@ -67,7 +67,7 @@ void ControlPlane::start() {
     started_ = true;
     Resolver::Options ro;
     ro.timeout_ms = kResolveTimeoutMs;
-    ro.max_addresses = kMaxNameAddresses;
+    ro.max_addresses = kMaxNameAnswer;  // kMaxNameAddresses is applied after the refused ones are skipped
     if (const char* servers = std::getenv(kTestDnsServersEnv); servers && *servers) {
         ro.servers = servers;
         log::warn("test DNS servers in use instead of those of /etc/resolv.conf", {{"servers", ro.servers}});
@@ -667,15 +667,6 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
     }
     n.failed_logged = false;
     n.shown.last_error = "resolves only to other endpoints' addresses, kprism's own, or refused ranges";
-    if (r.total > r.addresses.size()) {
-        if (!n.over_cap_logged)
-            log::warn("endpoint resolves to more addresses than the limit; keeping the first in address order",
-                      {{"upstream", n.name}, {"addresses", static_cast<uint64_t>(r.total)},
-                       {"limit", static_cast<uint64_t>(kMaxNameAddresses)}});
-        n.over_cap_logged = true;
-    } else {
-        n.over_cap_logged = false;
-    }
     // Never one of kprism's own listeners: a name that resolves to kprism itself would nest each
     // client connection into kprism. Never an address in a range discovery refuses either
     // (unspecified, link-local, multicast, ...: a DNS sinkhole answers 0.0.0.0, which Linux
@@ -684,6 +675,7 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
     std::vector<sockaddr_storage> want;
     std::vector<std::string> refused;
     std::string self, all;
+    size_t over = 0;
     for (sockaddr_storage ss : r.addresses) {
         reinterpret_cast<sockaddr_in*>(&ss)->sin_port = htons(n.addr.port);  // same offset for v6
         if (const char* range = refused_name_range(as_sockaddr(ss))) {
@@ -698,8 +690,22 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
             self += (self.empty() ? "" : ",") + sockaddr_str(ss);
             continue;
         }
+        if (want.size() == kMaxNameAddresses) {  // usable ones past the limit (the answer is sorted)
+            ++over;
+            continue;
+        }
         all += (all.empty() ? "" : ",") + sockaddr_str(ss);
         want.push_back(ss);
+    }
+    over += r.total - r.addresses.size();  // cut by the resolver itself (kMaxNameAnswer)
+    if (over > 0) {
+        if (!n.over_cap_logged)
+            log::warn("endpoint resolves to more usable addresses than the limit; keeping the first in address order",
+                      {{"upstream", n.name}, {"left_out", static_cast<uint64_t>(over)},
+                       {"limit", static_cast<uint64_t>(kMaxNameAddresses)}});
+        n.over_cap_logged = true;
+    } else {
+        n.over_cap_logged = false;
     }
     n.refused = std::move(refused);  // an address warned about again only once it was absent
     if (self != n.skipped_self) {

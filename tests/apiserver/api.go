@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The API: /version, discovery (/api, /api/v1, /apis, /apis/discovery.k8s.io[/v1]), and
-// configmaps, endpoints, endpointslices and namespaces (list, get, create, delete, watch) served
-// from the shared store.
+// configmaps, endpoints, endpointslices, leases and namespaces (list, get, create, update, delete,
+// watch) served from the store.
 //
 // Formats: the discovery types of k8s.io/apimachinery pkg/apis/meta/v1/types.go (APIVersions,
 // APIGroupList, APIGroup, APIResourceList); list and watch as pkg/endpoints/handlers/get.go and
@@ -40,9 +40,23 @@ var resourceDefs = []resourceDef{
 	{"endpoints", "", "v1", "Endpoints", true, []string{"ep"}},
 	{"namespaces", "", "v1", "Namespace", false, []string{"ns"}},
 	{"endpointslices", "discovery.k8s.io", "v1", "EndpointSlice", true, nil},
+	{"leases", "coordination.k8s.io", "v1", "Lease", true, nil},
 }
 
-var verbs = []string{"create", "delete", "get", "list", "watch"}
+var verbs = []string{"create", "delete", "get", "list", "update", "watch"}
+
+// apiGroups: the named groups of resourceDefs, in order.
+func apiGroups() []string {
+	seen := map[string]bool{}
+	gs := []string{}
+	for _, d := range resourceDefs {
+		if d.group != "" && !seen[d.group] {
+			seen[d.group] = true
+			gs = append(gs, d.group)
+		}
+	}
+	return gs
+}
 
 func (d resourceDef) apiVersion() string {
 	if d.group == "" {
@@ -123,19 +137,26 @@ func (s *server) installAPI(mux *http.ServeMux) {
 		})
 	})
 	mux.HandleFunc("/apis", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, map[string]interface{}{"kind": "APIGroupList", "apiVersion": "v1", "groups": []interface{}{discoveryGroup()}})
+		groups := []interface{}{}
+		for _, g := range apiGroups() {
+			groups = append(groups, discoveryGroup(g))
+		}
+		writeJSON(w, 200, map[string]interface{}{"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 	})
-	mux.HandleFunc("/apis/discovery.k8s.io", func(w http.ResponseWriter, r *http.Request) {
-		g := discoveryGroup()
-		g["kind"], g["apiVersion"] = "APIGroup", "v1"
-		writeJSON(w, 200, g)
-	})
+	for _, g := range apiGroups() {
+		g := g
+		mux.HandleFunc("/apis/"+g, func(w http.ResponseWriter, r *http.Request) {
+			dg := discoveryGroup(g)
+			dg["kind"], dg["apiVersion"] = "APIGroup", "v1"
+			writeJSON(w, 200, dg)
+		})
+	}
 	mux.HandleFunc("/", s.serveResource)
 }
 
-func discoveryGroup() map[string]interface{} {
-	gv := map[string]string{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}
-	return map[string]interface{}{"name": "discovery.k8s.io", "versions": []interface{}{gv}, "preferredVersion": gv}
+func discoveryGroup(group string) map[string]interface{} {
+	gv := map[string]string{"groupVersion": group + "/v1", "version": "v1"}
+	return map[string]interface{}{"name": group, "versions": []interface{}{gv}, "preferredVersion": gv}
 }
 
 // resourceList is the APIResourceList of GROUP/VERSION.
@@ -180,9 +201,12 @@ func (s *server) serveResource(w http.ResponseWriter, r *http.Request) {
 	case "/api/v1", "/api/v1/":
 		writeJSON(w, 200, resourceList("", "v1"))
 		return
-	case "/apis/discovery.k8s.io/v1", "/apis/discovery.k8s.io/v1/":
-		writeJSON(w, 200, resourceList("discovery.k8s.io", "v1"))
-		return
+	}
+	for _, g := range apiGroups() {
+		if p := "/apis/" + g + "/v1"; r.URL.Path == p || r.URL.Path == p+"/" {
+			writeJSON(w, 200, resourceList(g, "v1"))
+			return
+		}
 	}
 	rr, ok := parseResourcePath(r.URL.Path)
 	if !ok || rr.def == nil || (rr.namespace != "" && !rr.def.namespaced) {
@@ -198,6 +222,8 @@ func (s *server) serveResource(w http.ResponseWriter, r *http.Request) {
 		s.serveGet(w, r, rr)
 	case r.Method == "POST" && rr.name == "":
 		s.serveCreate(w, r, rr)
+	case r.Method == "PUT" && rr.name != "":
+		s.serveUpdate(w, r, rr)
 	case r.Method == "DELETE" && rr.name != "":
 		s.serveDelete(w, r, rr)
 	default:
@@ -205,9 +231,17 @@ func (s *server) serveResource(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// storeErrorStatus: the store did not answer in time -> 504 Timeout (the request's deadline,
+// finisher.go); an error etcd answered -> 500 with etcd's text and no reason (a raw etcd error
+// passes storage/errors/storage.go's Interpret*Error unchanged and becomes
+// responsewriters/status.go's convertStorageErrorOrNot Status); anything else -> 500 InternalError.
 func storeErrorStatus(err error) *status {
 	if errors.Is(err, errStoreTimeout) || errors.Is(err, context.DeadlineExceeded) {
 		return statusTimeout()
+	}
+	var ee *etcdError
+	if errors.As(err, &ee) {
+		return newStatus(500, "", ee.Msg, nil)
 	}
 	return statusInternal(err)
 }
@@ -356,23 +390,8 @@ func prepareNew(o *object, d *resourceDef, namespace string) {
 }
 
 func (s *server) serveCreate(w http.ResponseWriter, r *http.Request, rr resourceReq) {
-	body, err := io.ReadAll(io.LimitReader(r.Body, 3<<20))
-	if err != nil {
-		writeStatus(w, statusBadRequest(err.Error()))
-		return
-	}
-	var o object
-	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") {
-		if o, err = decodeProtobuf(body, rr.def); err != nil {
-			writeStatus(w, newStatus(415, "UnsupportedMediaType", err.Error(), nil))
-			return
-		}
-	} else if err := json.Unmarshal(body, &o); err != nil {
-		writeStatus(w, statusBadRequest(fmt.Sprintf("the object provided is unrecognized: %v", err)))
-		return
-	}
-	if o.Kind != "" && o.Kind != rr.def.kind {
-		writeStatus(w, statusBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", o.APIVersion, rr.def.apiVersion())))
+	o, ok := readBody(w, r, rr.def)
+	if !ok {
 		return
 	}
 	if o.Metadata.Namespace != "" && rr.namespace != "" && o.Metadata.Namespace != rr.namespace {
@@ -406,6 +425,108 @@ func (s *server) createObject(ctx context.Context, d *resourceDef, o object) (in
 	}
 	o.Metadata.ResourceVersion = strconv.FormatInt(reply.KV.Rev, 10)
 	return http.StatusCreated, o, nil
+}
+
+// readBody decodes a request's object (JSON, or protobuf for the kinds proto.go knows); on a
+// failure it answers the Status itself and returns false.
+func readBody(w http.ResponseWriter, r *http.Request, d *resourceDef) (object, bool) {
+	var o object
+	body, err := io.ReadAll(io.LimitReader(r.Body, 3<<20))
+	if err != nil {
+		writeStatus(w, statusBadRequest(err.Error()))
+		return o, false
+	}
+	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/vnd.kubernetes.protobuf") {
+		if o, err = decodeProtobuf(body, d); err != nil {
+			writeStatus(w, newStatus(415, "UnsupportedMediaType", err.Error(), nil))
+			return o, false
+		}
+	} else if err := json.Unmarshal(body, &o); err != nil {
+		writeStatus(w, statusBadRequest(fmt.Sprintf("the object provided is unrecognized: %v", err)))
+		return o, false
+	}
+	if o.Kind != "" && o.Kind != d.kind {
+		writeStatus(w, statusBadRequest(fmt.Sprintf("the API version in the data (%s) does not match the expected API version (%s)", o.APIVersion, d.apiVersion())))
+		return o, false
+	}
+	return o, true
+}
+
+// serveUpdate is PUT: the registry's Update (pkg/registry/generic/registry/store.go) over
+// GuaranteedUpdate: a resourceVersion in the body must be the object's current one, else 409
+// Conflict with OptimisticLockErrorMsg (storage/errors/storage.go InterpretUpdateError ->
+// NewConflict); without one the update is unconditional (retried on a concurrent write); a
+// missing object is 404 (these kinds do not allow create on update); uid and creationTimestamp
+// are kept.
+func (s *server) serveUpdate(w http.ResponseWriter, r *http.Request, rr resourceReq) {
+	o, ok := readBody(w, r, rr.def)
+	if !ok {
+		return
+	}
+	if o.Metadata.Name != rr.name {
+		writeStatus(w, statusBadRequest("the name of the object ("+o.Metadata.Name+") does not match the name on the URL ("+rr.name+")"))
+		return
+	}
+	if o.Metadata.Namespace != "" && o.Metadata.Namespace != rr.namespace {
+		writeStatus(w, statusBadRequest("the namespace of the provided object does not match the namespace sent on the request"))
+		return
+	}
+	var want int64
+	if o.Metadata.ResourceVersion != "" {
+		n, err := strconv.ParseInt(o.Metadata.ResourceVersion, 10, 64)
+		if err != nil || n <= 0 {
+			writeStatus(w, statusBadRequest("invalid resourceVersion: "+o.Metadata.ResourceVersion))
+			return
+		}
+		want = n
+	}
+	key := storeKey(rr.resource, rr.namespace, rr.name)
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, err := s.store.do(r.Context(), storeOp{Op: "get", Key: key})
+		if err != nil {
+			writeStatus(w, storeErrorStatus(err))
+			return
+		}
+		if cur.Err == "notfound" {
+			writeStatus(w, statusNotFound(rr.resource, rr.group, rr.name))
+			return
+		}
+		old, err := decodeStored(*cur.KV, rr.def)
+		if err != nil {
+			writeStatus(w, statusInternal(err))
+			return
+		}
+		pre := want
+		if pre == 0 {
+			pre = cur.KV.Rev
+		}
+		n := o
+		n.Kind, n.APIVersion = rr.def.kind, rr.def.apiVersion()
+		n.Metadata.Namespace = rr.namespace
+		n.Metadata.UID, n.Metadata.CreationTimestamp = old.Metadata.UID, old.Metadata.CreationTimestamp
+		n.Metadata.ResourceVersion = ""
+		enc, _ := json.Marshal(n)
+		reply, err := s.store.do(r.Context(), storeOp{Op: "update", Key: key, Obj: enc, Rev: pre})
+		if err != nil {
+			writeStatus(w, storeErrorStatus(err))
+			return
+		}
+		switch reply.Err {
+		case "notfound":
+			writeStatus(w, statusNotFound(rr.resource, rr.group, rr.name))
+			return
+		case "conflict":
+			if want != 0 {
+				writeStatus(w, statusConflict(rr.resource, rr.group, rr.name))
+				return
+			}
+			continue
+		}
+		n.Metadata.ResourceVersion = strconv.FormatInt(reply.KV.Rev, 10)
+		writeJSON(w, 200, n)
+		return
+	}
+	writeStatus(w, statusConflict(rr.resource, rr.group, rr.name))
 }
 
 func (s *server) serveDelete(w http.ResponseWriter, r *http.Request, rr resourceReq) {
@@ -478,7 +599,11 @@ func (s *server) serveWatch(w http.ResponseWriter, r *http.Request, rr resourceR
 		from = n
 	}
 	events := make(chan storeEvent, 64)
-	go s.store.watch(ctx, prefix, from, s.opt.progressInterval, events)
+	go func() {
+		if err := s.store.watch(ctx, prefix, from, s.opt.progressInterval, events); err != nil && ctx.Err() == nil {
+			logEvent("store-watch-ended", "prefix", prefix, "error", err.Error())
+		}
+	}()
 
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)

@@ -131,6 +131,10 @@ func (s *server) reconcileEndpoints(ctx context.Context, self bool) error {
 			ports = append(ports, slicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
 		}
 	}
+	if s.opt.nodeName != "" {
+		// One slice per apiserver instead of the shared one (below).
+		return s.reconcileNodeSlice(ctx, self)
+	}
 	at, _ := json.Marshal(addressType)
 	eb, _ := json.Marshal(endpoints)
 	pb, _ := json.Marshal(ports)
@@ -162,6 +166,64 @@ func (s *server) ensure(ctx context.Context, resource, kind, apiVersion string, 
 	}
 	b, _ := json.Marshal(o)
 	_, err = s.store.do(ctx, storeOp{Op: "put", Key: key, Obj: b})
+	return err
+}
+
+// nodeSlice is the EndpointSlice kubernetes-NODE that --node-name and --zone publish: this
+// apiserver alone, with its zone and nodeName (discovery.k8s.io/v1 Endpoint fields), label
+// kubernetes.io/service-name=kubernetes so that a client listing the service's slices finds it.
+func (s *server) nodeSlice() object {
+	addressType := "IPv4"
+	if strings.Contains(s.opt.bindAddress, ":") {
+		addressType = "IPv6"
+	}
+	ep := map[string]interface{}{"addresses": []string{s.opt.bindAddress}, "conditions": map[string]bool{"ready": true},
+		"nodeName": s.opt.nodeName, "zone": s.opt.zone}
+	at, _ := json.Marshal(addressType)
+	eb, _ := json.Marshal([]interface{}{ep})
+	pb, _ := json.Marshal([]slicePort{{Name: "https", Protocol: "TCP", Port: s.opt.securePort}})
+	return object{Kind: "EndpointSlice", APIVersion: "discovery.k8s.io/v1",
+		Metadata: objectMeta{Name: "kubernetes-" + s.opt.nodeName, Namespace: "default",
+			Labels: map[string]string{"kubernetes.io/service-name": "kubernetes"}},
+		Rest: map[string]json.RawMessage{"addressType": at, "endpoints": eb, "ports": pb}}
+}
+
+// reconcileNodeSlice keeps kubernetes-NODE alive on a lease of --endpoint-lease-ttl: written
+// with a fresh lease when missing or different, else only the lease is kept alive (no new
+// revision, so watchers see no MODIFIED every interval); deleted when self is false (shutdown).
+// A crashed apiserver's slice goes when its lease expires.
+func (s *server) reconcileNodeSlice(ctx context.Context, self bool) error {
+	want := s.nodeSlice()
+	key := storeKey("endpointslices", "default", want.Metadata.Name)
+	if !self {
+		_, err := s.store.do(ctx, storeOp{Op: "delete", Key: key})
+		return err
+	}
+	ttl := s.opt.leaseTTL.Milliseconds()
+	cur, err := s.store.do(ctx, storeOp{Op: "get", Key: key})
+	if err != nil {
+		return err
+	}
+	if cur.Err == "" && cur.KV != nil {
+		var old object
+		if json.Unmarshal(cur.KV.Obj, &old) == nil && reflect.DeepEqual(old.Metadata.Labels, want.Metadata.Labels) && sameRaw(old.Rest, want.Rest) {
+			ka, err := s.store.do(ctx, storeOp{Op: "keepalive", Key: key, TTLms: ttl})
+			if err != nil {
+				return err
+			}
+			if ka.Err == "" {
+				return nil
+			}
+		}
+		if old.Metadata.UID != "" {
+			want.Metadata.UID, want.Metadata.CreationTimestamp = old.Metadata.UID, old.Metadata.CreationTimestamp
+		}
+	}
+	if want.Metadata.UID == "" {
+		want.Metadata.UID, want.Metadata.CreationTimestamp = newUID(), nowTimestamp()
+	}
+	b, _ := json.Marshal(want)
+	_, err = s.store.do(ctx, storeOp{Op: "put", Key: key, Obj: b, TTLms: ttl})
 	return err
 }
 

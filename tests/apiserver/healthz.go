@@ -15,10 +15,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 )
 
 type healthCheck struct {
@@ -49,8 +52,10 @@ func (s *server) healthChecks() (healthz, livez, readyz []healthCheck) {
 	ok := func(*http.Request) error { return nil }
 	ping := healthCheck{name: "ping", check: ok}
 	logc := healthCheck{name: "log", check: ok}
-	etcd := healthCheck{name: "etcd", group: "etcd", check: func(r *http.Request) error { return s.store.ping(r.Context()) }}
-	etcdReady := healthCheck{name: "etcd-readiness", group: "etcd-readiness", check: func(r *http.Request) error { return s.store.ping(r.Context()) }}
+	etcdCheck := s.etcdCheck(s.opt.healthcheckTimeout)
+	readyCheck := s.etcdCheck(s.opt.readycheckTimeout)
+	etcd := healthCheck{name: "etcd", group: "etcd", check: func(r *http.Request) error { return etcdCheck(r) }}
+	etcdReady := healthCheck{name: "etcd-readiness", group: "etcd-readiness", check: func(r *http.Request) error { return readyCheck(r) }}
 	informer := healthCheck{name: "informer-sync", check: ok}
 	shutdown := healthCheck{name: "shutdown", check: func(*http.Request) error {
 		if s.life.initiated() {
@@ -69,6 +74,30 @@ func (s *server) healthChecks() (healthz, livez, readyz []healthCheck) {
 	livez = append([]healthCheck{ping, logc, etcd}, hooks...)
 	readyz = append(append([]healthCheck{ping, logc, etcd, etcdReady, informer}, hooks...), shutdown)
 	return
+}
+
+// etcdCheck: one read bounded by timeout (--etcd-healthcheck-timeout for "etcd",
+// --etcd-readycheck-timeout for "etcd-readiness"). With --etcd-servers it is rate-limited as
+// newETCD3Check (storagebackend/factory/etcd3.go) limits it: at most one read per timeout/2
+// (rate.Every(timeout/2), burst 1), the other calls answered with the last result, and calls
+// serialized by its lock. With --store every call asks the store (README.md, "Not rate-limited").
+func (s *server) etcdCheck(timeout time.Duration) func(r *http.Request) error {
+	if s.opt.etcdServers == "" {
+		return func(r *http.Request) error { return s.store.ping(r.Context(), timeout) }
+	}
+	var mu sync.Mutex
+	var last time.Time
+	var lastErr error
+	return func(*http.Request) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !last.IsZero() && time.Since(last) < timeout/2 {
+			return lastErr
+		}
+		last = time.Now()
+		lastErr = s.store.ping(context.Background(), timeout)
+		return lastErr
+	}
 }
 
 // installHealth registers PATH and PATH/CHECK for each check, as InstallPathHandler does.

@@ -3,7 +3,8 @@
 // tests. Two modes:
 //
 //	kprism-apiserver store --listen unix:PATH         the shared store ("etcd")
-//	kprism-apiserver serve --store unix:PATH FLAGS    one apiserver
+//	kprism-apiserver serve --store unix:PATH FLAGS    one apiserver on the shared store
+//	kprism-apiserver serve --etcd-servers URL FLAGS   one apiserver on a real etcd (etcd.go)
 //
 // Flags, the control endpoint and what is left out: README.md. Lifecycle events are logged one
 // per line on stderr, "kprism-apiserver: event=NAME key=value ...", for tests to wait on.
@@ -42,33 +43,37 @@ import (
 )
 
 type options struct {
-	bindAddress       string
-	securePort        int
-	certFile, keyFile string
-	clientCAFile      string
-	tlsMaxVersion     uint16
-	anonymous         bool
-	storeAddr         string
-	controlAddr       string
-	etcdTimeout       time.Duration
-	shutdownDelay     time.Duration
-	sendRetryAfter    bool
-	goawayChance      float64
-	leaseTTL          time.Duration
-	reconcileInterval time.Duration
-	bookmarkInterval  time.Duration
-	progressInterval  time.Duration
-	minRequestTimeout time.Duration
-	version           string
-	name              string
-	logConnections    bool
-	extraHooks        int
+	bindAddress        string
+	securePort         int
+	certFile, keyFile  string
+	clientCAFile       string
+	tlsMaxVersion      uint16
+	anonymous          bool
+	storeAddr          string
+	etcdServers        string
+	healthcheckTimeout time.Duration
+	readycheckTimeout  time.Duration
+	nodeName, zone     string
+	controlAddr        string
+	etcdTimeout        time.Duration
+	shutdownDelay      time.Duration
+	sendRetryAfter     bool
+	goawayChance       float64
+	leaseTTL           time.Duration
+	reconcileInterval  time.Duration
+	bookmarkInterval   time.Duration
+	progressInterval   time.Duration
+	minRequestTimeout  time.Duration
+	version            string
+	name               string
+	logConnections     bool
+	extraHooks         int
 }
 
 type server struct {
 	opt       options
 	clientCAs *x509.CertPool
-	store     *storeClient
+	store     storage
 	life      *lifecycle
 }
 
@@ -261,10 +266,18 @@ func runServe(ctx context.Context, opt options) error {
 	if err != nil {
 		return err
 	}
-	if opt.storeAddr == "" {
-		return errors.New("--store unix:PATH is required")
+	var sc storage
+	switch {
+	case opt.storeAddr != "" && opt.etcdServers != "":
+		return errors.New("--store and --etcd-servers exclude each other")
+	case opt.etcdServers != "":
+		sc, err = newEtcdClient(opt.etcdServers, opt.etcdTimeout)
+		opt.storeAddr = opt.etcdServers // in the messages below
+	case opt.storeAddr != "":
+		sc, err = newStoreClient(opt.storeAddr, opt.etcdTimeout)
+	default:
+		return errors.New("--store unix:PATH or --etcd-servers http://HOST:PORT is required")
 	}
-	sc, err := newStoreClient(opt.storeAddr, opt.etcdTimeout)
 	if err != nil {
 		return err
 	}
@@ -273,8 +286,13 @@ func runServe(ctx context.Context, opt options) error {
 		logName = "kprism-apiserver: " + opt.name
 	}
 
-	// The store may start at the same time: wait for it, as the apiserver waits for etcd.
-	deadline := time.Now().Add(10 * time.Second)
+	// The store may start at the same time: wait for it, as the apiserver waits for etcd (a real
+	// etcd cluster may take longer to elect a leader).
+	wait := 10 * time.Second
+	if opt.etcdServers != "" {
+		wait = 60 * time.Second
+	}
+	deadline := time.Now().Add(wait)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
 		err = s.seedNamespaces(sctx)
@@ -394,6 +412,11 @@ func serveFlags(args []string) (options, error) {
 	maxVersion := fs.String("tls-max-version", "1.3", "highest TLS version served, 1.2 or 1.3 (test only: kube-apiserver has only --tls-min-version; this lets benches pin TLS 1.2)")
 	fs.BoolVar(&o.anonymous, "anonymous-auth", false, "treat requests without a valid client certificate as system:anonymous (kube-apiserver's default is true)")
 	fs.StringVar(&o.storeAddr, "store", "", "the shared store, unix:PATH")
+	fs.StringVar(&o.etcdServers, "etcd-servers", "", "a real etcd instead of --store: http://HOST:PORT (its v3 JSON gateway; the first URL is used)")
+	fs.DurationVar(&o.healthcheckTimeout, "etcd-healthcheck-timeout", 2*time.Second, "timeout of the etcd read of the \"etcd\" health check")
+	fs.DurationVar(&o.readycheckTimeout, "etcd-readycheck-timeout", 2*time.Second, "timeout of the etcd read of the \"etcd-readiness\" check")
+	fs.StringVar(&o.nodeName, "node-name", "", "with --zone: publish the EndpointSlice kubernetes-NODE with this nodeName")
+	fs.StringVar(&o.zone, "zone", "", "with --node-name: the zone of this apiserver's endpoint in its EndpointSlice")
 	fs.StringVar(&o.controlAddr, "control-address", "", "plain-HTTP test control endpoint, HOST:PORT (loopback)")
 	fs.DurationVar(&o.etcdTimeout, "etcd-request-timeout", 5*time.Second, "how long a request waits for a lost etcd before it fails 504 (kube-apiserver: --request-timeout, 60s)")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay-duration", 0, "time to keep serving after SIGTERM, /readyz failing")
@@ -424,6 +447,9 @@ func serveFlags(args []string) (options, error) {
 	if o.certFile == "" || o.keyFile == "" {
 		return o, errors.New("--tls-cert-file and --tls-private-key-file are required")
 	}
+	if (o.nodeName == "") != (o.zone == "") {
+		return o, errors.New("--node-name and --zone go together")
+	}
 	if o.extraHooks < 0 || o.extraHooks > 10000 {
 		return o, errors.New("--extra-poststart-hooks must be in [0, 10000]")
 	}
@@ -434,7 +460,7 @@ func serveFlags(args []string) (options, error) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kprism-apiserver store --listen unix:PATH [--history N]\n       kprism-apiserver serve --store unix:PATH --tls-cert-file F --tls-private-key-file F [flags]  (serve -h lists them)")
+	fmt.Fprintln(os.Stderr, "usage: kprism-apiserver store --listen unix:PATH [--history N]\n       kprism-apiserver serve --store unix:PATH|--etcd-servers URL --tls-cert-file F --tls-private-key-file F [flags]  (serve -h lists them)")
 }
 
 // realMain runs the command line and returns the exit status.

@@ -60,6 +60,12 @@ func statusAlreadyExists(resource, group, name string) *status {
 		&statusDetails{Name: name, Group: group, Kind: resource})
 }
 
+func statusConflict(resource, group, name string) *status {
+	// NewConflict(qualifiedResource, name, fmt.Errorf(OptimisticLockErrorMsg)): 409, reason Conflict.
+	return newStatus(409, "Conflict", fmt.Sprintf("Operation cannot be fulfilled on %s %q: the object has been modified; please apply your changes to the latest version and try again", qualified(resource, group), name),
+		&statusDetails{Name: name, Group: group, Kind: resource})
+}
+
 func statusExpired(message string) *status {
 	// NewResourceExpired: 410, reason Expired, no details.
 	return newStatus(410, "Expired", message, nil)

@@ -25,11 +25,12 @@ import (
 
 // storeOp is one request to POST /op.
 type storeOp struct {
-	Op     string          `json:"op"` // get, list, create, put, delete, rev
+	Op     string          `json:"op"` // get, list, create, put, update, delete, keepalive, rev
 	Key    string          `json:"key,omitempty"`
 	Prefix string          `json:"prefix,omitempty"`
 	Obj    json.RawMessage `json:"obj,omitempty"`
-	TTLms  int64           `json:"ttlMs,omitempty"` // put/create: the key is deleted this long after the write
+	TTLms  int64           `json:"ttlMs,omitempty"` // put/create: the key is deleted this long after the write; keepalive: renewed for this long
+	Rev    int64           `json:"rev,omitempty"`   // update: the key's last write must be this revision (0: any)
 }
 
 type storeKV struct {
@@ -38,7 +39,7 @@ type storeKV struct {
 	Obj json.RawMessage `json:"obj"`
 }
 
-// storeReply: Err is "", "exists" or "notfound".
+// storeReply: Err is "", "exists", "notfound" or "conflict" (update: the key was written after Rev).
 type storeReply struct {
 	Rev   int64     `json:"rev"` // the store's revision when the operation was done
 	KV    *storeKV  `json:"kv,omitempty"`
@@ -124,6 +125,26 @@ func (s *memStore) do(op storeOp) storeReply {
 			typ = "MODIFIED"
 		}
 		s.record(typ, op.Key, op.Obj)
+		return storeReply{Rev: s.rev, KV: &storeKV{op.Key, e.rev, e.obj}}
+	case "update":
+		old, exists := s.objs[op.Key]
+		if !exists {
+			return storeReply{Rev: s.rev, Err: "notfound"}
+		}
+		if op.Rev != 0 && old.rev != op.Rev {
+			return storeReply{Rev: s.rev, Err: "conflict", KV: &storeKV{op.Key, old.rev, old.obj}}
+		}
+		s.rev++
+		s.objs[op.Key] = &memEntry{rev: s.rev, obj: op.Obj, expires: old.expires}
+		s.record("MODIFIED", op.Key, op.Obj)
+		return storeReply{Rev: s.rev, KV: &storeKV{op.Key, s.rev, op.Obj}}
+	case "keepalive":
+		// etcd's lease keep-alive: the key lives TTLms longer, no new revision.
+		e, ok := s.objs[op.Key]
+		if !ok || e.expires.IsZero() {
+			return storeReply{Rev: s.rev, Err: "notfound"}
+		}
+		e.expires = time.Now().Add(time.Duration(op.TTLms) * time.Millisecond)
 		return storeReply{Rev: s.rev, KV: &storeKV{op.Key, e.rev, e.obj}}
 	case "delete":
 		e, ok := s.objs[op.Key]
@@ -282,12 +303,23 @@ func runStore(ctx context.Context, listen string, histMax int) error {
 // errStoreTimeout: the store did not answer within --etcd-request-timeout (etcd lost).
 var errStoreTimeout = errors.New("store request timed out")
 
-// storeClient is the apiserver's etcd client. While "etcd is lost" (the control endpoint) every
-// request hangs until the timeout and fails, and the watches in progress are ended; the store
-// itself keeps serving the other stand-ins.
-type storeClient struct {
-	http    *http.Client
-	stream  *http.Client
+// storage is the apiserver's etcd client: storeClient (the shared unix-socket store) and
+// etcdClient (a real etcd, etcd.go) both are one. Keys are RESOURCE/NAMESPACE/NAME.
+type storage interface {
+	do(ctx context.Context, op storeOp) (storeReply, error)
+	// ping is the etcd health check: one read bounded by timeout.
+	ping(ctx context.Context, timeout time.Duration) error
+	// watch streams the events under prefix after revision from into out until ctx ends, etcd is
+	// lost, or the store goes away; it closes out when done.
+	watch(ctx context.Context, prefix string, from int64, progress time.Duration, out chan<- storeEvent) error
+	setLost(lost bool)
+	isLost() bool
+}
+
+// lossSwitch is the control endpoint's "etcd lost" (POST /etcd/lose): while set, every request
+// hangs until the timeout and fails, and the watches in progress are ended; the store itself
+// keeps serving the other stand-ins.
+type lossSwitch struct {
 	timeout time.Duration
 
 	mu      sync.Mutex
@@ -297,24 +329,7 @@ type storeClient struct {
 	nextID  int
 }
 
-func newStoreClient(addr string, timeout time.Duration) (*storeClient, error) {
-	path := strings.TrimPrefix(addr, "unix:")
-	if path == addr {
-		return nil, fmt.Errorf("store address %q: want unix:PATH", addr)
-	}
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", path)
-	}}
-	return &storeClient{
-		http:    &http.Client{Transport: tr, Timeout: timeout},
-		stream:  &http.Client{Transport: tr},
-		timeout: timeout,
-		cancels: map[int]context.CancelFunc{},
-	}, nil
-}
-
-func (c *storeClient) setLost(lost bool) {
+func (c *lossSwitch) setLost(lost bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if lost == c.lost {
@@ -332,14 +347,14 @@ func (c *storeClient) setLost(lost bool) {
 	}
 }
 
-func (c *storeClient) isLost() bool {
+func (c *lossSwitch) isLost() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lost
 }
 
 // gate waits while etcd is lost: until it comes back, the timeout, or ctx.
-func (c *storeClient) gate(ctx context.Context) error {
+func (c *lossSwitch) gate(ctx context.Context) error {
 	c.mu.Lock()
 	lost, restore := c.lost, c.restore
 	c.mu.Unlock()
@@ -356,6 +371,50 @@ func (c *storeClient) gate(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// track registers a watch's cancel function, ended when etcd is lost; the returned function
+// unregisters it. ok is false while etcd is lost.
+func (c *lossSwitch) track(cancel context.CancelFunc) (untrack func(), ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lost {
+		return nil, false
+	}
+	if c.cancels == nil {
+		c.cancels = map[int]context.CancelFunc{}
+	}
+	id := c.nextID
+	c.nextID++
+	c.cancels[id] = cancel
+	return func() {
+		c.mu.Lock()
+		delete(c.cancels, id)
+		c.mu.Unlock()
+	}, true
+}
+
+// storeClient is the client of the shared unix-socket store.
+type storeClient struct {
+	lossSwitch
+	http   *http.Client
+	stream *http.Client
+}
+
+func newStoreClient(addr string, timeout time.Duration) (*storeClient, error) {
+	path := strings.TrimPrefix(addr, "unix:")
+	if path == addr {
+		return nil, fmt.Errorf("store address %q: want unix:PATH", addr)
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	return &storeClient{
+		lossSwitch: lossSwitch{timeout: timeout},
+		http:       &http.Client{Transport: tr, Timeout: timeout},
+		stream:     &http.Client{Transport: tr},
+	}, nil
 }
 
 func (c *storeClient) do(ctx context.Context, op storeOp) (storeReply, error) {
@@ -381,19 +440,17 @@ func (c *storeClient) do(ctx context.Context, op storeOp) (storeReply, error) {
 	return r, err
 }
 
-// ping is the etcd health check: fails at once while etcd is lost, else asks for the revision.
-func (c *storeClient) ping(ctx context.Context) error {
+// ping fails at once while etcd is lost, else asks for the revision.
+func (c *storeClient) ping(ctx context.Context, timeout time.Duration) error {
 	if c.isLost() {
 		return errors.New("etcd client connection lost")
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second) // --etcd-healthcheck-timeout default 2s
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	_, err := c.do(ctx, storeOp{Op: "rev"})
 	return err
 }
 
-// watch streams the store's events under prefix after revision from into out until ctx ends,
-// etcd is lost, or the store goes away; it closes out when done.
 func (c *storeClient) watch(ctx context.Context, prefix string, from int64, progress time.Duration, out chan<- storeEvent) error {
 	defer close(out)
 	if err := c.gate(ctx); err != nil {
@@ -401,20 +458,11 @@ func (c *storeClient) watch(ctx context.Context, prefix string, from int64, prog
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c.mu.Lock()
-	if c.lost {
-		c.mu.Unlock()
+	untrack, ok := c.track(cancel)
+	if !ok {
 		return errStoreTimeout
 	}
-	id := c.nextID
-	c.nextID++
-	c.cancels[id] = cancel
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.cancels, id)
-		c.mu.Unlock()
-	}()
+	defer untrack()
 	u := fmt.Sprintf("http://store/watch?prefix=%s&from=%d&progressMs=%d", url.QueryEscape(prefix), from, progress.Milliseconds())
 	req, _ := http.NewRequestWithContext(ctx, "GET", u, nil)
 	resp, err := c.stream.Do(req)

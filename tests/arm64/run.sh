@@ -22,7 +22,10 @@
 # On a loaded machine more of the timing tests fail the same way, different ones each run: at load
 # average 4.4 on 2 cores three did (Credentials.ExpiryIsOneConditionFailingOpenAndClosingNothing,
 # Health.LatencyPolicyPrefersNearestReady, Notify.ReadyAfterFirstRoundAndStatusFollowsHealth), at 8
-# six to eight (ControlPlane, Credentials, Notify, Rebalance, ProbeKeepalive). Not for CI.
+# six to eight (ControlPlane, Credentials, Notify, Rebalance, ProbeKeepalive): three shards of
+# emulated kprism, stand-ins and tests on two cores. So each binary's failed tests, when at most
+# TEST_RERUN_FAILED (make test-arm64: ARM64_RERUN, 5) and none crashed, run once more alone, with the
+# machine to themselves; the "rerun:" line names every test that passed only then.
 # ARM64_TIME_SCALE (default 1) is passed to the harness as KPRISM_TEST_TIME_SCALE: its deadlines
 # are that many times longer.
 # Ends with "test: N passed, M failed" (tests/run.sh), after a line naming what was left out.

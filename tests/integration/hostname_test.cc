@@ -236,13 +236,13 @@ TEST(Hostname, ManyAddressesAreCappedAndASilentServerChangesNothing) {
     for (int i = 40; i >= 1; --i) many.push_back("10.0.0." + std::to_string(i));
     dns.set_zone(zone(many));
     Kprism k({kName + ":6443"}, {"--resolve-interval", "1s"}, Spawn{{dns.dns_env()}, {}});
-    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolves to more addresses than the limit; keeping the first in "
-                              "address order\" upstream=" + kName + ":6443 addresses=40 limit=16"))
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolves to more usable addresses than the limit; keeping the first "
+                              "in address order\" upstream=" + kName + ":6443 left_out=24 limit=16"))
         << k.output();
     EXPECT_TRUE(k.wait_output("upstream=" + kName + "@10.0.0.16:6443")) << k.output();
     EXPECT_EQ(k.output().find(kName + "@10.0.0.17:6443"), std::string::npos) << k.output();
     EXPECT_GE(dns.queries(kName, "tcp"), 1u) << "40 A records do not fit in 512 bytes: asked again over TCP";
-    EXPECT_EQ(k.count_output("more addresses than the limit"), 1u);
+    EXPECT_EQ(k.count_output("more usable addresses than the limit"), 1u);
     dns.set_zone(zone(many, "silent"));
     EXPECT_TRUE(k.wait_output("error=timeout", 12000ms)) << k.output();
     std::string status = body_of(http_get(k.admin_port, "/status"));
@@ -351,6 +351,32 @@ TEST(Hostname, RefusedRangesInTheAnswerAreSkippedWithOneWarning) {
     EXPECT_TRUE(eventually([&] { return dns.queries(kName, "udp") >= asked2 + 4; })) << dns.output();
     dns.set_zone(zone({"0.0.0.0", "127.0.0.2"}));
     EXPECT_TRUE(eventually([&] { return k.count_output("in a refused range") == 3u; })) << k.output();
+}
+
+// The limit of 16 addresses a name counts the usable ones: an answer that leads with 20 refused
+// addresses (0.0.0.0/8 sorts first) still gives its one good address. And ::ffff:127.0.0.2 in the
+// AAAA answer is 127.0.0.2 of the A answer: one upstream, not two to the same host.
+TEST(Hostname, LimitCountsUsableAddressesAndMappedIPv6IsIPv4) {
+    Pki pki;
+    DnsServer dns;
+    const int port = free_port();
+    Apiserver a(pki, "a", false, "127.0.0.2", port);
+    std::vector<std::string> v4;
+    for (int i = 1; i <= 20; ++i) v4.push_back("0.0.0." + std::to_string(i));
+    v4.push_back("127.0.0.2");
+    std::string list;
+    for (const auto& x : v4) list += (list.empty() ? "\"" : ", \"") + x + "\"";
+    dns.set_zone(R"({")" + kName + R"(": {"A": [)" + list + R"(], "AAAA": ["::ffff:127.0.0.2"], "mode": "normal"}})");
+    const std::string name = kName + ":" + std::to_string(port);
+    Kprism k({name}, tls_flags(pki), Spawn{{dns.dns_env()}, {}});
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + label("127.0.0.2", port))) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"endpoint resolved\" upstream=" + name + " addresses=127.0.0.2:" +
+                              std::to_string(port) + "\n"))
+        << k.output();
+    EXPECT_EQ(k.output().find("more usable addresses than the limit"), std::string::npos) << k.output();
+    std::string status = body_of(http_get(k.admin_port, "/status"));
+    EXPECT_EQ(status.find("ffff"), std::string::npos) << status;
+    EXPECT_EQ(k.count_output("msg=\"endpoint address added; checked before use\""), 1u) << k.output();
 }
 
 // While no upstream is up, the addresses a name loses wait to leave; an answer that changes at

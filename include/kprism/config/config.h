@@ -118,6 +118,9 @@ constexpr size_t kMaxDiscovered = 32;
 // Addresses of one hostname endpoint, each an upstream (in address order, the rest left out;
 // upstreams/control_plane.h); all of them together still share the kMaxUpstreams slots.
 constexpr size_t kMaxNameAddresses = 16;
+// Addresses read from one DNS answer before the refused ones are skipped and kMaxNameAddresses is
+// applied (a TCP answer can carry thousands; those past this are dropped unread).
+constexpr size_t kMaxNameAnswer = 256;
 
 // Validated configuration. Built only by load_config(); never modified afterwards.
 struct Config {
