@@ -20,10 +20,12 @@ DRILL_AB_MS ?= 10
 DRILL_APISERVER ?=
 ## DRILL_ONLY=: comma-separated cuts for `make drill` (1,2a,2b,3,4,5,6)
 DRILL_ONLY ?=
+## DRILL_KEEP=1: `make drill` keeps its work directory (every log and config) and prints where
+DRILL_KEEP ?= 0
 .PHONY: drill
 drill: $(BUILD)/kprism $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy and nginx (root; full about 20 min, DRILL_QUICK=1 about 3 min)
 	DRILL_AB_MS=$(DRILL_AB_MS) $(if $(DRILL_CUT_SECONDS),DRILL_CUT_SECONDS=$(DRILL_CUT_SECONDS)) \
 		/usr/bin/python3 tests/drill/run.py $(abspath $(BUILD)/kprism) \
 		$(if $(DRILL_APISERVER),$(abspath $(DRILL_APISERVER)),$(abspath $(BUILD)/kprism-apiserver)) \
 		$(if $(filter 1,$(DRILL_QUICK)),--quick --out $(abspath $(BUILD)/drill.md),--out tests/drill/RESULTS.md) \
-		$(if $(DRILL_ONLY),--only $(DRILL_ONLY))
+		$(if $(DRILL_ONLY),--only $(DRILL_ONLY)) $(if $(filter 1,$(DRILL_KEEP)),--keep)

@@ -104,6 +104,7 @@ class Drill:
         self.etcd_samples = []
         self.stop_monitor = threading.Event()
         self.apiservers = {}
+        self.node_balancers = {}
 
     def note(self, text):
         self.events.append((time.time(), text))
@@ -120,6 +121,8 @@ class Drill:
                      "--listen-peer-urls", f"http://{n.ip}:2380", "--initial-advertise-peer-urls", f"http://{n.ip}:2380",
                      "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token", "drill",
                      "--heartbeat-interval", "100", "--election-timeout", "1000", "--pre-vote=true",
+                     # progress notifications keep the stand-in's watch bookmarks fresh (10 m by default)
+                     "--experimental-watch-progress-notify-interval", "5s",
                      "--snapshot-count", "10000", "--quota-backend-bytes", str(512 << 20)],
                     f"{self.logdir}/etcd-{n.name}.log")
         ok = wait_until(lambda: self.etcd_leader() is not None, 30, 0.5)
@@ -232,6 +235,34 @@ class Drill:
         node.popen(["/usr/bin/python3", os.path.join(HERE, "kubelet.py"), path], f"{self.logdir}/kubelet-{node.name}.log")
         return out
 
+    def check_kprism_started(self):
+        """Every node's kprism logs `msg=listening` within 5 s of its start; one that does not is
+        looked at from outside while it hangs (wchan, kernel stack, descriptors, 2 s of strace),
+        into the work directory's logs (kept with --keep), and named here."""
+        procs = {n: next(b["pid"] for b in self.node_balancers[n] if b["name"] == "kprism") for n in self.t.nodes}
+        logs = {n: f"{self.logdir}/{n}--kprism.log" for n in procs}
+        started = lambda n: os.path.exists(logs[n]) and "msg=listening" in open(logs[n]).read()
+        wait_until(lambda: all(started(n) for n in procs), 5, 0.1)
+        for n, pid in procs.items():
+            if started(n):
+                continue
+            out = [f"# {n}: kprism pid {pid}, no msg=listening after 5 s", open(logs[n]).read()]
+            for f in ("wchan", "stack", "status", "cmdline"):
+                try:
+                    out.append(f"## /proc/{pid}/{f}\n" + open(f"/proc/{pid}/{f}", "rb").read().decode(errors="replace"))
+                except OSError as e:
+                    out.append(f"## /proc/{pid}/{f}: {e}")
+            for argv in (["ls", "-l", f"/proc/{pid}/fd"], ["timeout", "2", "strace", "-f", "-tt", "-p", str(pid)]):
+                if not shutil.which(argv[0]) or (argv[0] == "timeout" and not shutil.which("strace")):
+                    out.append(f"## {' '.join(argv)}: not installed")
+                    continue
+                r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+                out.append(f"## {' '.join(argv)}\n{r.stdout}{r.stderr}")
+            with open(f"{self.logdir}/{n}--kprism-hang.txt", "w") as f:
+                f.write("\n".join(out))
+            self.note(f"{n}: kprism (pid {pid}) has not logged msg=listening 5 s after its start: "
+                      f"{self.logdir}/{n}--kprism-hang.txt")
+
     def heartbeats_missing(self):
         out = []
         for n in self.t.nodes:
@@ -299,7 +330,8 @@ class Drill:
             raise RuntimeError("the apiservers did not become ready in 30 s")
         self.note("apiservers ready")
         for n in self.t.nodes.values():
-            self.balancers = self.start_balancers(n)
+            self.balancers = self.node_balancers[n.name] = self.start_balancers(n)
+        self.check_kprism_started()
         if not wait_until(lambda: not self.heartbeats_missing(), 60, 0.5):
             miss = self.heartbeats_missing()
             for m in miss[:3]:
