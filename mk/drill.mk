@@ -10,7 +10,7 @@
 # the router. Root; skips with a message otherwise or when a tool is missing. Asserts kprism's
 # outcome only. The quick run (the A-B cut with the leader in A) writes build/drill.md; the full
 # run writes tests/drill/RESULTS.md.
-## DRILL_QUICK=1: `make drill` runs the A-B cut with the etcd leader in A only, held 60 s (about 3 min; in CI)
+## DRILL_QUICK=1: `make drill` runs the A-B cut with the etcd leader in A only, held 60 s (about 2 min; in CI)
 DRILL_QUICK ?= 0
 ## DRILL_CUT_SECONDS=: how long `make drill` holds each cut (default 90; quick 60)
 DRILL_CUT_SECONDS ?=
@@ -23,7 +23,7 @@ DRILL_ONLY ?=
 ## DRILL_KEEP=1: `make drill` keeps its work directory (every log and config) and prints where
 DRILL_KEEP ?= 0
 .PHONY: drill
-drill: $(BUILD)/kprism $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy and nginx (root; full about 20 min, DRILL_QUICK=1 about 3 min)
+drill: $(BUILD)/kprism $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy and nginx (root; full about 20 min, DRILL_QUICK=1 about 2 min)
 	DRILL_AB_MS=$(DRILL_AB_MS) $(if $(DRILL_CUT_SECONDS),DRILL_CUT_SECONDS=$(DRILL_CUT_SECONDS)) \
 		/usr/bin/python3 tests/drill/run.py $(abspath $(BUILD)/kprism) \
 		$(if $(DRILL_APISERVER),$(abspath $(DRILL_APISERVER)),$(abspath $(BUILD)/kprism-apiserver)) \

@@ -119,7 +119,9 @@ class Client:
                 if reused and attempt == 0 and method == "GET":
                     continue  # net/http retries a request its reused connection lost unanswered
                 return self._fail(kind, t0, e, attempt)
-            except (OSError, http.client.HTTPException) as e:
+            except (OSError, http.client.HTTPException, ValueError, AttributeError) as e:
+                # AttributeError/ValueError: http.client's reply to its connection being closed
+                # under it by another thread (closeAllConns)
                 self.drop(c)
                 slot[0] = None
                 return self._fail(kind, t0, e, attempt)
@@ -226,7 +228,9 @@ class Client:
                     if ev.get("type") != "BOOKMARK":
                         self.log("watch-event", rv=rv)
                 self.log("watch-end", ok=True)
-            except (OSError, http.client.HTTPException, ValueError, KeyError) as e:
+            except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError, AttributeError) as e:
+                # AttributeError among them: the heartbeat's closeAllConns closed this connection
+                # while http.client read it; the watch resumes like any other ended one
                 self.log("watch-end", ok=False, err=f"{type(e).__name__}: {e}"[:160])
             finally:
                 self.drop(c)

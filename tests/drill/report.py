@@ -56,21 +56,26 @@ def reachable(how, x, y):
 def conns_on(samples, bal, members, lo, heal):
     """The balancer's client connections to the leaderless member(s): how many at the heal, and
     when (seconds after the cut) the last new one appeared. The balancer's own checks are left
-    out: kprism's kept probe connections (its /status probe_local_port) and, while it has the
-    upstream down, connections that live under 5 s (a check every 5 s with a 3 s timeout)."""
-    first, last, down = {}, {}, {}
+    out: kprism's kept probe connections (a port its /status ever named probe_local_port) and
+    connections made while it had the upstream down that live under 5 s (a check every 5 s with a
+    3 s timeout). Samples up to 10 s after the heal tell how long a check in flight at the heal
+    lived."""
+    first, last, down, probe = {}, {}, {}, set()
     for s in samples:
-        if not (lo - 5 <= s["t"] <= heal):
+        if not (lo - 5 <= s["t"] <= heal + 10):
             continue
         probes = set(s.get("probes", {}).get(bal, []))
         up = s.get("up", {}).get(bal)
         for m in members:
-            for p in set(s["conns"].get(bal, {}).get(m, [])) - probes:
-                first.setdefault(p, s["t"])
-                last[p] = s["t"]
-                down.setdefault(p, up is not None and m not in up)
-    final = [p for p, t in last.items() if heal - t < 1.5]
-    real = [p for p in first if not (down[p] and last[p] - first[p] < 5 and heal - last[p] >= 1.5)]
+            for p in set(s["conns"].get(bal, {}).get(m, [])):
+                if p in probes:
+                    probe.add(p)
+                if p in first or s["t"] <= heal:
+                    first.setdefault(p, s["t"])
+                    last[p] = s["t"]
+                    down.setdefault(p, up is not None and m not in up)
+    real = [p for p in first if p not in probe and not (down[p] and last[p] - first[p] < 5)]
+    final = [p for p in real if last[p] >= heal - 1.5]
     new = [first[p] - lo for p in real if first[p] >= lo]
     return str(len(final)), (f"{max(new):.0f}" if new else "none")
 
