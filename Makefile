@@ -14,6 +14,7 @@
 #   mk/faults.mk    fault injection and the soak
 #   mk/scenarios.mk the control-plane scenarios beside HAProxy
 #   mk/chaos.mk     make chaos: seeded random events, invariants checked
+#   mk/drill.mk     make drill: the datacenter-loss drill in network namespaces, real etcd
 #   mk/arm64.mk     the arm64 cross build and its tests under qemu-user
 #   mk/deps.mk      make deps
 #   mk/runtime.mk   make test-runtime: the static pods under podman, the extension under runc
@@ -22,5 +23,5 @@
 
 .DEFAULT_GOAL := all
 
-include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk \
+include mk/flags.mk mk/build.mk mk/test.mk mk/shipping.mk mk/bench.mk mk/fuzz.mk mk/faults.mk mk/scenarios.mk mk/drill.mk \
 	mk/chaos.mk mk/runtime.mk mk/arm64.mk mk/deps.mk mk/help.mk
