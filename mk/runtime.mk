@@ -10,5 +10,7 @@
 # kubectl through kprism, probes, certificate rotation), then broken copies that must fail for
 # their reason. Ends "runtime: N passed, M failed". Root; podman and runc from make deps.
 .PHONY: test-runtime
-test-runtime: images $(BUILD)/kprism-apiserver ## the static pods under podman kube play, the Talos extension under runc; broken copies fail (root)
+## RUNTIME_IMAGES=images: what test-runtime builds first (empty: the images already in build/images, as CI after make test)
+RUNTIME_IMAGES ?= images
+test-runtime: $(RUNTIME_IMAGES) $(BUILD)/kprism-apiserver ## the static pods under podman kube play, the Talos extension under runc; broken copies fail (root)
 	tests/runtime/run.sh
