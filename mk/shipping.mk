@@ -78,8 +78,8 @@ talos-arm64: static-arm64 ## the Talos extension tree for arm64, build/talos-ext
 # build/images/kprism-talos.oci.tar and build/images/kprism.oci.tar, and their content checked.
 # Each is an image index naming every platform of IMAGE_PLATFORMS, one image per platform built
 # from that platform's static binary and extension tree (arm64: `make deps-arm64` first).
-## IMAGE_PLATFORMS=linux/amd64 linux/arm64: the platforms the images are built for (linux/amd64 alone needs no cross toolchain)
-IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+## IMAGE_PLATFORMS=linux/amd64 linux/arm64: the platforms the images are built for (default: linux/arm64 too once `make deps-arm64` installed the cross g++)
+IMAGE_PLATFORMS ?= linux/amd64 $(if $(shell command -v aarch64-linux-gnu-g++ 2>/dev/null),linux/arm64)
 images test-images: talos-extension $(if $(filter linux/arm64,$(IMAGE_PLATFORMS)),talos-arm64) ## both OCI images built with buildah into build/images/, for every platform of IMAGE_PLATFORMS; their content checked
 	IMAGE_PLATFORMS='$(IMAGE_PLATFORMS)' tests/packaging/images.sh
 
