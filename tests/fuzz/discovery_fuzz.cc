@@ -99,7 +99,8 @@ void check_rules(const HostPort& hp) {
 void check_zones(const std::vector<HostPort>& endpoints, const std::map<std::string, std::string>& zones) {
     FUZZ_CHECK(zones.size() <= endpoints.size());
     auto alnum = [](char c) { return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
-    for (const auto& [addr, zone] : zones) {
+    for (const auto& [key, zone] : zones) {
+        const std::string& addr = key;  // clang 14 cannot capture a structured binding in a lambda
         FUZZ_CHECK(std::any_of(endpoints.begin(), endpoints.end(), [&](const HostPort& hp) { return hp.str() == addr; }));
         FUZZ_CHECK(!zone.empty() && zone.size() <= 63 && alnum(zone.front()) && alnum(zone.back()));
         for (char c : zone) FUZZ_CHECK(alnum(c) || c == '.' || c == '_' || c == '-');
@@ -131,7 +132,8 @@ void check_slice(const DiscoveredSlice& s) {
     check_zones(s.endpoints, s.zones);
     // An ignored zone: an endpoint's, not also kept, with a bounded one-line reason.
     FUZZ_CHECK(s.zone_errors.size() <= s.endpoints.size());
-    for (const auto& [addr, why] : s.zone_errors) {
+    for (const auto& [key, why] : s.zone_errors) {
+        const std::string& addr = key;
         FUZZ_CHECK(s.zones.count(addr) == 0);
         FUZZ_CHECK(std::any_of(s.endpoints.begin(), s.endpoints.end(), [&](const HostPort& hp) { return hp.str() == addr; }));
         check_reason(why);
