@@ -212,23 +212,7 @@ backend_csv=$(IFS=,; echo "${BACKEND_PORTS[*]}")
 direct_port=${BACKEND_PORTS[0]}
 
 # --- the proxies ------------------------------------------------------------------------------
-cat >"$tmp/haproxy.cfg" <<EOF
-global
-    nbthread 1
-    maxconn $MAX_CONNS
-    pidfile $tmp/haproxy.pid
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 1h
-    timeout server 1h
-frontend fe
-    bind 127.0.0.1:$LISTEN_PORT
-    default_backend be
-backend be
-    balance random
-$(i=0; for p in "${BACKEND_PORTS[@]}"; do i=$((i + 1)); echo "    server b$i 127.0.0.1:$p"; done)
-EOF
+haproxy_tcp_cfg "$LISTEN_PORT" "$MAX_CONNS" "$tmp/haproxy.pid" "${BACKEND_PORTS[@]}" >"$tmp/haproxy.cfg"
 {
     echo "load_module $STREAM_MODULE;"
     echo "worker_processes 1; worker_rlimit_nofile $(ulimit -n); daemon off; master_process on;"

@@ -116,23 +116,7 @@ PIDS+=($!)
 for p in "${BACKEND_PORTS[@]}"; do wait_listen "$p" 10 || die "backend nginx not listening on $p"; done
 PIDS+=($(pgrep -P "${PIDS[0]}" | tr '\n' ' '))
 
-cat >"$tmp/haproxy.cfg" <<EOF
-global
-    nbthread 1
-    maxconn $MAX_CONNS
-    pidfile $tmp/haproxy.pid
-defaults
-    mode tcp
-    timeout connect 2s
-    timeout client 1h
-    timeout server 1h
-frontend fe
-    bind 127.0.0.1:$HAPROXY_PORT
-    default_backend be
-backend be
-    balance random
-$(i=0; for p in "${BACKEND_PORTS[@]}"; do i=$((i + 1)); echo "    server b$i 127.0.0.1:$p"; done)
-EOF
+haproxy_tcp_cfg "$HAPROXY_PORT" "$MAX_CONNS" "$tmp/haproxy.pid" "${BACKEND_PORTS[@]}" >"$tmp/haproxy.cfg"
 haproxy -db -f "$tmp/haproxy.cfg" 2>"$tmp/haproxy.log" &
 haproxy_pid=$!
 PIDS+=($haproxy_pid)

@@ -1303,11 +1303,15 @@ class Run:
             check(zone(a1) == "a" and len(lines(other, a1)) == 1,
                   f"y: at the end a1 still zone a, the \"another zone\" line still once ({len(lines(other, a1))})")
         finally:
-            n.stop()
-            for name in slices:
-                wait_until(lambda: self.pl.delete_slice(name) in (200, 404), 10, 0.2)
-            a4.terminate()
-            a4.wait_exit(30)
+            self._end_zone_case(n, slices, a4)
+
+    def _end_zone_case(self, n, slices, a4):
+        """The end of cases y and z: kprism stopped, their slices deleted, the fourth stand-in gone."""
+        n.stop()
+        for name in slices:
+            wait_until(lambda: self.pl.delete_slice(name) in (200, 404), 10, 0.2)
+        a4.terminate()
+        a4.wait_exit(30)
 
     # z: zones from the slices. A node with --zone b sends new connections to the discovered ready
     # upstream of zone b, to the others while it is not ready; a zone that changes in a later event
@@ -1382,11 +1386,7 @@ class Run:
             check(up and wait_until(lambda: served(6) == {a4.name}, 10, 0.2),
                   "z: a4 ready again: new connections go to it again")
         finally:
-            n.stop()
-            for name in slices:
-                wait_until(lambda: self.pl.delete_slice(name) in (200, 404), 10, 0.2)
-            a4.terminate()
-            a4.wait_exit(30)
+            self._end_zone_case(n, slices, a4)
 
 CASES = "fabcieghlmnopqyzjkd"  # d last: it restarts the stand-ins
 
