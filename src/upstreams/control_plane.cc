@@ -33,6 +33,13 @@ bool same_name(const HostPort& a, const HostPort& b) {
     return a.port == b.port && strcasecmp(a.host.c_str(), b.host.c_str()) == 0;
 }
 
+// The hostname endpoint `name` in `cfg`, or nullptr when it is not configured there.
+const Endpoint* configured_name(const Config& cfg, const HostPort& name) {
+    for (const Endpoint& e : cfg.endpoints)
+        if (!e.addr.is_ip && same_name(e.addr, name)) return &e;
+    return nullptr;
+}
+
 }  // namespace
 
 ControlPlane::ControlPlane(Server& srv, Stats& stats)
@@ -506,9 +513,7 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
     }
     for (auto it = names_.begin(); it != names_.end();) {
         NamedEndpoint& n = **it;
-        const auto kept = std::find_if(next.endpoints.begin(), next.endpoints.end(),
-                                       [&](const Endpoint& e) { return !e.addr.is_ip && same_name(e.addr, n.addr); });
-        if (kept != next.endpoints.end()) {
+        if (const Endpoint* kept = configured_name(next, n.addr)) {
             n.zone = kept->zone;
             n.server_name = kept->server_name;
             for (Upstream* u : addresses_of(n)) {
@@ -552,20 +557,13 @@ void ControlPlane::reconfigure_endpoints(const Config& next, std::string& summar
 // time (it was skipped there as this endpoint's): the upstream becomes that name's address, with its
 // state and connections, rather than draining now and coming back unchecked at the next resolution.
 bool ControlPlane::adopt_by_name(Upstream& u, const Config& next) {
-    const std::string key = sockaddr_str(u.sa);
+    const std::string key = "," + sockaddr_str(u.sa) + ",";
     for (auto& np : names_) {
         NamedEndpoint& n = *np;
-        const auto kept = std::find_if(next.endpoints.begin(), next.endpoints.end(),
-                                       [&](const Endpoint& e) { return !e.addr.is_ip && same_name(e.addr, n.addr); });
-        if (kept == next.endpoints.end() || n.addr.port != u.addr.port) continue;
-        bool listed = false;
-        for (size_t at = 0; at <= n.resolved_logged.size() && !listed;) {
-            size_t end = n.resolved_logged.find(',', at);
-            if (end == std::string::npos) end = n.resolved_logged.size();
-            listed = n.resolved_logged.compare(at, end - at, key) == 0;
-            at = end + 1;
-        }
-        if (!listed) continue;
+        const Endpoint* kept = configured_name(next, n.addr);
+        // resolved_logged: the last answer's usable addresses, comma-separated.
+        if (!kept || n.addr.port != u.addr.port || ("," + n.resolved_logged + ",").find(key) == std::string::npos)
+            continue;
         const std::string was = u.name;
         u.of_name = n.name;
         u.hostname = n.addr.host;
