@@ -27,9 +27,16 @@ constexpr const char* kKind = "kprism-discovery-snapshot";
 constexpr int kVersion = kSnapshotVersion;
 
 bool read_bounded(const std::string& path, size_t max, std::string& out, std::string& err) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO put at the path would otherwise hold open() until a writer comes.
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         err = fmt::format("cannot read: {}", std::strerror(errno));
+        return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        err = "cannot read: not a regular file";
+        ::close(fd);
         return false;
     }
     out.clear();
@@ -111,6 +118,10 @@ bool parse_snapshot(std::string_view text, DiscoverySnapshot& out, std::string& 
     DiscoverySnapshot s;
     s.checked = version >= 2;
     s.written_unix = j["written_unix"].get<int64_t>();
+    if (s.written_unix < 0) {  // also keeps now - written_unix from overflowing
+        err = fmt::format("written_unix {} is before 1970", s.written_unix);
+        return false;
+    }
     s.ca_sha256 = j["ca_sha256"].get<std::string>();
     if (j["endpoints"].size() > kMaxDiscovered) {
         err = fmt::format("{} endpoints, more than {}", j["endpoints"].size(), kMaxDiscovered);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -218,6 +219,27 @@ TEST(DiscoverySnapshot, LoadChecksCaAgeAndClock) {
     EXPECT_FALSE(load_snapshot(p, "ab12", week, 1'000'060, s, why));
     EXPECT_NE(why.find("larger than"), std::string::npos) << why;
     EXPECT_FALSE(load_snapshot(d.path, "ab12", week, 1'000'060, s, why)) << "a directory";
+}
+
+// A hostile written_unix: before the epoch (INT64_MIN, which made now - written overflow and
+// pass the age check) is refused; so is a FIFO at the path, which a plain open() waits on forever.
+TEST(DiscoverySnapshot, HostileTimesAndFilesAreRefused) {
+    TempDir d;
+    const std::string p = d.file("discovery.json");
+    const int64_t week = 7 * 86400;
+    DiscoverySnapshot s;
+    std::string why;
+    for (int64_t w : {std::numeric_limits<int64_t>::min(), int64_t{-1}, int64_t{-10'000'000'000'000'000}}) {
+        DiscoverySnapshot snap = sample();
+        snap.written_unix = w;
+        put(p, render_snapshot(snap));
+        EXPECT_FALSE(load_snapshot(p, "ab12", week, 1'000'060, s, why)) << w;
+        EXPECT_NE(why.find("written_unix"), std::string::npos) << why;
+    }
+    const std::string fifo = d.file("fifo.json");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    EXPECT_FALSE(load_snapshot(fifo, "ab12", week, 1'000'060, s, why)) << "returns at once, no writer needed";
+    EXPECT_NE(why.find("not a regular file"), std::string::npos) << why;
 }
 
 TEST(DiscoverySnapshot, AtomicWriteReplacesAndLeavesNoTemporary) {
