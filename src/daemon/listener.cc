@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "kprism/base/address.h"
 #include "kprism/proxy/connection.h"
@@ -25,7 +26,12 @@ void on_connection(uv_stream_t* s, int status) {
         l->srv->note_accept_error(status);
         return;
     }
-    Connection::accept(*l->srv, s);
+    // The accepted socket is the connection's own (it is not a libuv stream: splice_poll.h).
+    // libuv keeps it in accepted_fd for uv_accept(); taking it from there leaves -1, which lets
+    // libuv accept the next one at once. Connection::accept owns it from here, whatever happens.
+    static_assert(UV_VERSION_MAJOR == 1, "uv_stream_t::accepted_fd is libuv 1's");
+    int fd = std::exchange(s->accepted_fd, -1);
+    Connection::accept(*l->srv, fd);
 }
 }  // namespace
 

@@ -66,9 +66,12 @@ Server::~Server() {
 
 // Accepted sockets inherit these from their listener (sockopt.h); called at start and on reload.
 void Server::apply_listener_tcp_options() {
-    for (auto& l : listeners_)
-        if (int r = apply_tcp_options(&l->tcp, cfg_.s, true); r != 0)
+    for (auto& l : listeners_) {
+        uv_os_fd_t fd;
+        if (!l->open || uv_fileno(reinterpret_cast<uv_handle_t*>(&l->tcp), &fd) != 0) continue;
+        if (int r = apply_tcp_options(fd, cfg_.s, true); r != 0)
             log::warn("cannot set TCP options on a listening socket", {{"address", l->name}, {"error", uv_strerror(r)}});
+    }
 }
 
 bool Server::start_listeners(std::string& error) {
@@ -121,9 +124,20 @@ void Server::note_own_listeners() {
 }
 
 bool Server::start(std::string& error) {
-    if (!adopt_passed_sockets(error) || !start_listeners(error)) return false;
+    if (int r = splice_poll_.start(loop_, Connection::on_poll); r != 0) {
+        error = fmt::format("cannot create the connections' epoll set: {}", uv_strerror(r));
+        splice_poll_.close();
+        return false;
+    }
+    if (!adopt_passed_sockets(error) || !start_listeners(error)) {
+        splice_poll_.close();
+        return false;
+    }
     apply_listener_tcp_options();
-    if (!start_admin(error)) return false;
+    if (!start_admin(error)) {
+        splice_poll_.close();
+        return false;
+    }
     update_connection_limit();
     for (size_t i = 0; i < std::size(kSignals); ++i) {
         uv_signal_init(loop_, &signals_[i]);
@@ -312,6 +326,7 @@ void Server::finish() {
         runtime::withdraw_admin_address();
     }
     handoff_.close();  // the crash copy, and a restart in place being checked
+    splice_poll_.close();  // no connection is left, or each has closed its sockets (handed over)
     heartbeat_.close();
     control_.close();
     rebalancer_.close();

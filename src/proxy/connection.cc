@@ -2,13 +2,17 @@
 // The splice: accept, connect upstream with timeout and retries, replay a silent upstream's first
 // flight elsewhere, then copy bytes both ways with backpressure (one pooled chunk per direction at
 // most, none while idle), half-close, RST propagation, and closes when the upstream goes down.
+// The sockets are raw descriptors in the Server's edge-triggered SplicePoll (splice_poll.h).
 #include "kprism/proxy/connection.h"
 
+#include <fcntl.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "kprism/base/log.h"
@@ -18,28 +22,24 @@
 namespace kprism {
 
 namespace {
-Connection* owner(uv_handle_t* h) { return static_cast<Connection*>(h->data); }
-uv_stream_t* stream(uv_tcp_t& t) { return reinterpret_cast<uv_stream_t*>(&t); }
-uv_handle_t* handle(uv_tcp_t& t) { return reinterpret_cast<uv_handle_t*>(&t); }
-
-// libuv reports UV_EOF without reading on when POLLHUP comes with bytes it has just read (the
-// short-circuit in uv__stream_io), so a peer's RST that arrives together with its last bytes looks
-// like a FIN, and would be passed on as one. The socket's pending error tells them apart. Only that
-// EOF needs the getsockopt: it comes with a null buffer, while an EOF that read(2) returned (0: the
-// peer's FIN, read in order) comes with the buffer on_alloc gave it.
-bool reset_pending(uv_tcp_t& t) {
-    uv_os_fd_t fd;
-    int err = 0;
-    socklen_t len = sizeof err;
-    return uv_fileno(reinterpret_cast<uv_handle_t*>(&t), &fd) == 0 &&
-           getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == ECONNRESET;
-}
-
 // Errors that are ours (fd or memory exhaustion), not the upstream's: they must not mark it down.
 bool local_error(int status) {
     return status == UV_EMFILE || status == UV_ENFILE || status == UV_ENOBUFS || status == UV_ENOMEM ||
            status == UV_EADDRNOTAVAIL;
 }
+
+socklen_t sockaddr_len(const sockaddr_storage& sa) {
+    return sa.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+// The socket's pending error (SO_ERROR, which reading clears), as a positive errno; 0 for none.
+int socket_error(int fd) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    return getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : errno;
+}
+
+constexpr uint32_t kHangup = EPOLLERR | EPOLLHUP;
 }  // namespace
 
 Connection::Connection(Server& srv) : srv_(srv) {}
@@ -49,30 +49,35 @@ Connection::~Connection() {
     release(upstream_);
 }
 
-void Connection::accept(Server& srv, uv_stream_t* listener) {
+void Connection::accept(Server& srv, int fd) {
+    static_assert(alignof(Connection) >= 8, "tag() keeps three bits below the pointer");
     auto* c = new Connection(srv);
     c->started_ms_ = uv_now(srv.loop());
-    uv_tcp_init(srv.loop(), &c->client_.tcp);
-    c->client_.tcp.data = c;
-    c->client_.open = true;
-    c->open_handles_++;
+    c->client_.fd = fd;
     uv_timer_init(srv.loop(), &c->timer_);
     c->timer_.data = c;
     c->timer_open_ = true;
-    c->open_handles_++;
     srv.connection_opened(c);
-    if (int r = uv_accept(listener, stream(c->client_.tcp)); r != 0) {
-        KPRISM_DEBUG("accept failed", {{"error", uv_strerror(r)}});
-        c->close("accept failed");
-        return;
-    }
     if (srv.over_connection_limit()) {
         srv.note_rejected();
         c->close("max_connections reached", true);
         return;
     }
+    if (int r = srv.splice_poll().add(fd, c->tag(c->client_)); r != 0) {
+        KPRISM_DEBUG("cannot watch an accepted socket", {{"error", uv_strerror(r)}});
+        c->close("cannot watch the client socket", true);
+        return;
+    }
     // The client socket inherited the TCP options from its listener (sockopt.h).
     c->start_attempt();
+}
+
+void Connection::on_poll(uint64_t tag, uint32_t events) {
+    auto* c = reinterpret_cast<Connection*>(tag & ~uint64_t{7});
+    Side& s = (tag & 1) ? c->upstream_ : c->client_;
+    // A socket closed earlier in this pass (its fd is -1, or a retry's new socket has another gen).
+    if (c->closing_ || s.fd < 0 || ((tag >> 1) & 3) != (s.gen & 3u)) return;
+    c->on_events(s, events);
 }
 
 Upstream* Connection::pick(uint64_t now) {
@@ -92,60 +97,58 @@ void Connection::start_attempt() {
     attempt_offset_ms_ = static_cast<uint32_t>(now - started_ms_);
     tried_ |= TriedSet{1} << up_->index;
     up_->active++;  // counted from the pick, so a burst of accepts spreads under least-connections
-    int r = uv_tcp_init_ex(srv_.loop(), &upstream_.tcp, up_->sa.ss_family);
-    if (r != 0) {
-        log::warn("cannot create upstream socket", {{"upstream", up_->name}, {"error", uv_strerror(r)}});
+    const int fd = ::socket(up_->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        const int err = -errno;
+        log::warn("cannot create upstream socket", {{"upstream", up_->name}, {"error", uv_strerror(err)}});
         up_->active--;
         up_ = nullptr;
         close("cannot create upstream socket", true);
         return;
     }
-    upstream_.tcp.data = this;
-    upstream_.open = true;
-    open_handles_++;
+    upstream_.fd = fd;
+    ++upstream_.gen;
     // The options wait for the Server's sweep (sockopt.h): a short connection costs no setsockopt.
     // Not a user timeout under a second, which could act before the sweep (0, none, does not).
     const auto user_timeout = srv_.config().s.tcp_user_timeout;
     if (options_swept_ || (user_timeout.count() > 0 && user_timeout < std::chrono::seconds(1))) {
-        apply_tcp_options(&upstream_.tcp, srv_.config().s);
+        apply_tcp_options(fd, srv_.config().s);
         upstream_.nodelay = true;
     } else if (!options_deferred_) {
         options_deferred_ = true;
         options_gen_ = static_cast<uint8_t>(srv_.upstream_options_deferred());
     }
-    creq_ = srv_.pools().connects.get();
-    if (!creq_) {
-        attempt_failed(ConnectFailure::other, "out of memory", false);
+    int r;
+    do r = ::connect(fd, as_sockaddr(up_->sa), sockaddr_len(up_->sa));
+    while (r != 0 && errno == EINTR);
+    if (r != 0 && errno != EINPROGRESS) {
+        const int err = -errno;
+        attempt_failed(connect_failure_from_uv(err), uv_strerror(err), !local_error(err));
         return;
     }
-    creq_->data = this;
-    r = uv_tcp_connect(creq_, &upstream_.tcp, as_sockaddr(up_->sa), on_connect);
-    if (r != 0) {
-        srv_.pools().connects.put(creq_);
-        creq_ = nullptr;
-        attempt_failed(connect_failure_from_uv(r), uv_strerror(r), !local_error(r));
+    // Added after the connect: the set reports the outcome (EPOLLOUT, or EPOLLERR) even if the
+    // connect has already finished.
+    if (int e = srv_.splice_poll().add(fd, tag(upstream_)); e != 0) {
+        attempt_failed(ConnectFailure::other, uv_strerror(e), false);
         return;
     }
-    // Reading is armed together with the connect (libuv delivers nothing before on_connect), so
-    // the socket is registered with epoll once, not re-registered when the connect completes.
-    uv_read_start(stream(upstream_.tcp), on_alloc, on_read_cb);
     timer_for_ = TimerFor::connect;
     uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.connect_timeout.count()), 0);
 }
 
-void Connection::on_connect(uv_connect_t* req, int status) {
-    auto* c = static_cast<Connection*>(req->data);
-    c->srv_.pools().connects.put(req);
-    c->creq_ = nullptr;
-    if (status == UV_ECANCELED) return;  // our own uv_close of the attempt; handled there
-    uv_timer_stop(&c->timer_);
-    c->timer_for_ = TimerFor::none;
-    if (c->closing_) return;
-    if (status != 0) {
-        c->attempt_failed(connect_failure_from_uv(status), uv_strerror(status), !local_error(status));
+// The upstream socket reported while connecting: EPOLLERR with the reason in SO_ERROR, or
+// EPOLLOUT once connected.
+void Connection::connect_finished(uint32_t events) {
+    int err = (events & kHangup) ? socket_error(upstream_.fd) : 0;
+    if (err == 0 && !(events & EPOLLOUT)) return;
+    uv_timer_stop(&timer_);
+    timer_for_ = TimerFor::none;
+    if (err != 0) {
+        attempt_failed(connect_failure_from_uv(-err), uv_strerror(-err), !local_error(-err));
         return;
     }
-    c->start_splicing();
+    upstream_.unread = events & (EPOLLIN | EPOLLRDHUP | kHangup);  // it may have spoken first
+    start_splicing();
 }
 
 void Connection::on_timer(uv_timer_t* t) {
@@ -184,34 +187,22 @@ void Connection::on_timer(uv_timer_t* t) {
     }
 }
 
-// Gives up on the current upstream, records the failure, and retries elsewhere once the
-// attempt's handle is closed (libuv handles cannot be re-initialised before then).
+// Gives up on the current upstream, records the failure, and retries elsewhere with a new socket.
 void Connection::attempt_failed(ConnectFailure why, const char* reason, bool upstream_fault) {
     uv_timer_stop(&timer_);
     timer_for_ = TimerFor::none;
     Upstream* u = up_;
     u->active--;
+    up_ = nullptr;
+    close_socket(upstream_, false);
+    upstream_ = Side{.gen = upstream_.gen};
     if (upstream_fault) srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
     KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
-    up_ = nullptr;
-    upstream_.open = false;
     if (!upstream_fault) {
-        uv_close(handle(upstream_.tcp), on_closed);
         close(reason, true);
         return;
     }
-    uv_close(handle(upstream_.tcp), on_upstream_closed_for_retry);
-}
-
-void Connection::on_upstream_closed_for_retry(uv_handle_t* h) {
-    Connection* c = owner(h);
-    c->open_handles_--;
-    if (c->closing_) {
-        c->handle_closed();
-        return;
-    }
-    c->upstream_ = Side{};
-    c->start_attempt();
+    if (!closing_) start_attempt();
 }
 
 // Moves a connection whose upstream has not answered yet to another upstream, replaying the
@@ -222,17 +213,25 @@ bool Connection::try_replay(ConnectFailure why, const char* reason) {
     Upstream* u = up_;
     KPRISM_DEBUG("moving connection", {{"from", u->name}, {"reason", reason}, {"replay_bytes", first_flight_.size()}});
     srv_.note_replayed();
-    srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
     u->active--;
     up_ = nullptr;
     state_ = State::connecting;
     uv_timer_stop(&timer_);
     timer_for_ = TimerFor::none;
-    uv_read_stop(stream(upstream_.tcp));
-    uv_read_stop(stream(client_.tcp));  // resumed once the first flight is written to the next upstream
-    release(upstream_);
-    upstream_.open = false;
-    uv_close(handle(upstream_.tcp), on_upstream_closed_for_retry);
+    close_socket(upstream_, false);
+    upstream_ = Side{.gen = upstream_.gen};
+    srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
+    if (closing_) return true;
+    // The first flight waits in the client's chunk, as bytes read from it not yet written: the
+    // client is not read again until the next upstream has taken them (start_splicing).
+    if (!client_.buf && !(client_.buf = srv_.pools().buffers.get())) {
+        close("out of buffers", true);
+        return true;
+    }
+    std::memcpy(client_.buf, first_flight_.data(), first_flight_.size());
+    client_.off = 0;
+    client_.len = static_cast<uint32_t>(first_flight_.size());
+    start_attempt();
     return true;
 }
 
@@ -243,17 +242,18 @@ void Connection::start_splicing() {
     up_->total++;
     KPRISM_DEBUG("connection established", {{"upstream", up_->name}, {"attempts", attempts_}});
     if (awaiting_answer_ && !first_flight_.empty()) {
-        // A replay: the client's first flight goes to the new upstream; reading the client resumes
-        // when that write completes (on_write), so later bytes keep their order.
-        if (!queue_write(upstream_, uv_buf_init(first_flight_.data(), static_cast<unsigned>(first_flight_.size()))))
-            return;
+        // A replay: the client's first flight goes to the new upstream, and the client is read
+        // again once it is written, so later bytes keep their order.
         timer_for_ = TimerFor::first_response;
         uv_timer_start(&timer_, on_timer, static_cast<uint64_t>(srv_.config().s.first_response_timeout.count()), 0);
-        return;
+        if (!flush(client_, upstream_)) return;
+    } else {
+        awaiting_answer_ = srv_.config().s.first_response_timeout.count() > 0;
+        if (up_->removed) close_later_for_removal(static_cast<uint64_t>(srv_.config().s.drain_timeout.count()));
     }
-    awaiting_answer_ = srv_.config().s.first_response_timeout.count() > 0;
-    uv_read_start(stream(client_.tcp), on_alloc, on_read_cb);
-    if (up_->removed) close_later_for_removal(static_cast<uint64_t>(srv_.config().s.drain_timeout.count()));
+    // What arrived while connecting was not read, and its edge has passed: read it now.
+    if (client_.unread) drain(client_, 0);
+    if (upstream_.unread && !closing_) drain(upstream_, 0);
 }
 
 // Until the upstream answers, a copy of what the client sent (at most kMaxFirstFlight bytes) is
@@ -322,8 +322,8 @@ void Connection::apply_deferred_options() {
     options_deferred_ = false;
     options_swept_ = true;
     srv_.upstream_options_done(options_gen_);
-    if (!upstream_.open || closing_) return;  // a retry's next socket gets them in start_attempt
-    apply_tcp_options(&upstream_.tcp, srv_.config().s, false, !upstream_.nodelay);
+    if (upstream_.fd < 0 || closing_) return;  // a retry's next socket gets them in start_attempt
+    apply_tcp_options(upstream_.fd, srv_.config().s, false, !upstream_.nodelay);
     upstream_.nodelay = true;
 }
 
@@ -337,14 +337,7 @@ void Connection::before_write(Side& to) {
         return;
     }
     to.nodelay = true;
-    set_tcp_nodelay(&to.tcp, srv_.config().s);
-}
-
-void Connection::on_alloc(uv_handle_t* h, size_t, uv_buf_t* buf) {
-    Connection* c = owner(h);
-    Side& s = c->side_of(h);
-    if (!s.buf) s.buf = c->srv_.pools().buffers.get();
-    *buf = s.buf ? uv_buf_init(s.buf, BufferPool::kChunkSize) : uv_buf_init(nullptr, 0);
+    set_tcp_nodelay(to.fd, srv_.config().s);
 }
 
 void Connection::release(Side& s) {
@@ -352,157 +345,175 @@ void Connection::release(Side& s) {
         srv_.pools().buffers.put(s.buf);
         s.buf = nullptr;
     }
+    s.off = 0;
     s.len = 0;
 }
 
-void Connection::on_read_cb(uv_stream_t* st, ssize_t nread, const uv_buf_t* buf) {
-    Connection* c = owner(reinterpret_cast<uv_handle_t*>(st));
-    Side& from = c->side_of(reinterpret_cast<uv_handle_t*>(st));
-    c->on_read(from, c->other(from), nread, nread == UV_EOF && buf && buf->base);
-}
-
-void Connection::on_read(Side& from, Side& to, ssize_t nread, bool fin_read) {
-    if (closing_) return;
-    const bool client_side = &from == &client_;
-    if (nread > 0) {
-        from.len = static_cast<uint32_t>(nread);
-        if (client_side) {
-            up_->bytes_to_upstream += from.len;
-            if (awaiting_answer_) keep_first_flight(from.buf, from.len);
-        } else {
-            up_->bytes_from_upstream += from.len;
-            if (awaiting_answer_) answered();
-        }
-        forward(from, to);
+// One event of one socket. While connecting, the upstream's says how the connect ended. Then:
+// bytes waiting for this socket are written when it reports room (or an error, which the write
+// then returns), and it is read when it reports bytes, a FIN or an error (drain() notes what it
+// cannot read yet: the client while connecting, a side whose bytes wait, every side once paused).
+void Connection::on_events(Side& s, uint32_t events) {
+    if (state_ == State::connecting && &s == &upstream_) {
+        connect_finished(events);
         return;
     }
-    if (nread == 0) {  // EAGAIN: nothing read, give the chunk back
-        release(from);
+    Side& peer = other(s);
+    if (peer.len && (events & (EPOLLOUT | kHangup))) {
+        if (!flush(peer, s)) return;
+        if (!peer.len && peer.unread) drain(peer, 0);  // its edge passed while its bytes waited
+        if (closing_ || s.fd < 0) return;
+    }
+    if (events & (EPOLLIN | EPOLLRDHUP | kHangup)) drain(s, events);
+}
+
+// Reads `from` until it would block (the set is edge-triggered: it reports a socket again only
+// when something new arrives), passing each chunk on. A side that cannot be read now (the client
+// while connecting, one whose bytes still wait for the peer, any once paused) keeps the events in
+// `unread` for the next drain. A short read took everything queued: the drain ends there unless
+// the events told of an end. After EPOLLRDHUP alone the FIN follows those bytes, and costs no read
+// of its own; after EPOLLERR or EPOLLHUP (maybe a reset) the next read tells which. After
+// kReadsPerEvent full chunks the socket is re-armed, to be reported again after the others.
+void Connection::drain(Side& from, uint32_t events) {
+    Side& to = other(from);
+    events |= std::exchange(from.unread, 0u);
+    for (int i = 0; i < kReadsPerEvent; ++i) {
+        if (closing_ || from.eof || from.fd < 0) return;
+        if (paused_ || from.len || state_ != State::splicing) {
+            from.unread = events | EPOLLIN;
+            return;
+        }
+        if (!from.buf && !(from.buf = srv_.pools().buffers.get())) {
+            on_read_error(from, to, ENOBUFS);
+            return;
+        }
+        ssize_t n;
+        do n = ::recv(from.fd, from.buf, BufferPool::kChunkSize, 0);
+        while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            on_data(from, to, static_cast<size_t>(n));
+            if (static_cast<size_t>(n) == BufferPool::kChunkSize) continue;
+            if (closing_) return;
+            if (events & kHangup) continue;
+            if (events & EPOLLRDHUP) {
+                on_eof(from, to);
+                return;
+            }
+            if (!from.len) release(from);
+            return;
+        }
+        if (n == 0) {
+            on_eof(from, to);
+            return;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            release(from);
+            return;
+        }
+        on_read_error(from, to, errno);
+        return;
+    }
+    if (closing_ || from.eof || from.fd < 0) return;
+    if (paused_ || from.len) {
+        from.unread = events | EPOLLIN;
         return;
     }
     release(from);
-    if (nread == UV_EOF && !fin_read && reset_pending(from.tcp)) nread = UV_ECONNRESET;
-    // An upstream that closes or resets before answering anything is treated like a silent one.
+    srv_.splice_poll().rearm(from.fd, tag(from));
+}
+
+void Connection::on_data(Side& from, Side& to, size_t n) {
+    from.off = 0;
+    from.len = static_cast<uint32_t>(n);
+    if (&from == &client_) {
+        up_->bytes_to_upstream += n;
+        if (awaiting_answer_) keep_first_flight(from.buf, n);
+    } else {
+        up_->bytes_from_upstream += n;
+        if (awaiting_answer_) answered();
+    }
+    flush(from, to);
+}
+
+// `from` sent its FIN: passed on to `to` after the bytes before it.
+void Connection::on_eof(Side& from, Side& to) {
+    const bool client_side = &from == &client_;
+    // An upstream that closes before answering anything is treated like a silent one.
     if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
-        try_replay(ConnectFailure::hung_up, nread == UV_EOF ? "closed before answering" : "reset before answering"))
+        try_replay(ConnectFailure::hung_up, "closed before answering"))
         return;
     // The apiserver ended it first (not the client): a passive signal when many do at once. Its
     // age on this upstream: a connection moved here after a failed attempt elsewhere is young.
-    if (!client_side && !to.eof && nread != UV_ENOBUFS)
+    if (!client_side && !to.eof)
         srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
-    if (nread == UV_EOF) {
-        from.eof = true;
-        if (client_side) stop_awaiting_answer();  // a half-closed client is never replayed
-        uv_read_stop(stream(from.tcp));
-        srv_.watch_half_closed();  // from now on only the sweep sees a reset of `from`
-        // The last FIN: `to` finished first and nothing is queued either way, so both sockets are
-        // read to EOF and close(2) sends each its FIN (also the one a pending shutdown of `from`
-        // still owed); shutdown(2) first would only cost syscalls.
-        if (to.eof && !to.wreq && !from.wreq) {
-            close("done");
-            return;
-        }
-        // libuv runs the shutdown after any write still queued on `to`.
-        to.sreq = srv_.pools().shutdowns.get();
-        if (!to.sreq) {
-            close("out of memory", true, true);
-            return;
-        }
-        to.sreq->data = this;
-        if (uv_shutdown(to.sreq, stream(to.tcp), on_shutdown) != 0) {
-            srv_.pools().shutdowns.put(to.sreq);
-            to.sreq = nullptr;
-            close("shutdown failed");
-            return;
-        }
-        maybe_finish();
+    from.eof = true;
+    if (client_side) stop_awaiting_answer();  // a half-closed client is never replayed
+    srv_.watch_half_closed();  // from now on only the sweep sees a reset of `from`
+    if (!from.len) release(from);
+    // The last FIN: `to` finished first and nothing waits either way, so both sockets are read to
+    // EOF and close(2) sends each its FIN (also the one still owed to `from`); shutdown(2) first
+    // would only cost system calls.
+    if (to.eof && !from.len && !to.len) {
+        close("done");
         return;
     }
-    const char* reason = nread == UV_ENOBUFS ? "out of buffers"
-                         : client_side       ? "client read error"
-                                             : "upstream read error";
+    if (from.len) {
+        to.fin_owed = true;  // flush() sends it after the rest
+        return;
+    }
+    send_fin(to);
+}
+
+void Connection::on_read_error(Side& from, Side& to, int err) {
+    const bool client_side = &from == &client_;
+    release(from);
+    if (!client_side && awaiting_answer_ && !first_flight_.empty() &&
+        try_replay(ConnectFailure::hung_up, "reset before answering"))
+        return;
+    if (!client_side && !to.eof && err != ENOBUFS)
+        srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
+    const char* reason = err == ENOBUFS ? "out of buffers" : client_side ? "client read error" : "upstream read error";
     // Propagate a reset to the other side so neither peer waits on a half-dead connection.
     close(reason, !client_side, client_side);
 }
 
-// Writes what `from` read into `to`: straight away when the socket takes it, else queued with
-// reads from `from` paused until the write completes (backpressure).
-// The first attempt is send(2) itself, not uv_try_write: libuv's write(2) goes through the VFS
-// layer (file position lock, permission and fsnotify hooks) that send(2) skips, a few per cent of
-// kprism's CPU per request (bench/RESULTS.md). Nothing is ever queued on `to` here (reads from
-// `from` stop while a write into `to` is queued), so the bytes keep their order.
-void Connection::forward(Side& from, Side& to) {
+// Writes what waits in `from` into `to` with send(2) (not write(2): no file layer). What the
+// socket does not take waits for its EPOLLOUT, and `from` is not read meanwhile. Once all is
+// written the chunk goes back and a FIN owed to `to` follows. False when the connection closed.
+bool Connection::flush(Side& from, Side& to) {
     before_write(to);
-    int n = UV_EAGAIN;
-    uv_os_fd_t fd;
-    if (!to.wreq && uv_fileno(handle(to.tcp), &fd) == 0) {
-        ssize_t r;
-        do r = ::send(fd, from.buf, from.len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        while (r < 0 && errno == EINTR);
-        n = r >= 0 ? static_cast<int>(r) : (errno == EWOULDBLOCK ? UV_EAGAIN : -errno);
+    ssize_t r;
+    do r = ::send(to.fd, from.buf + from.off, from.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            close(&to == &client_ ? "client write error" : "upstream write error", &to != &client_, &to == &client_);
+            return false;
+        }
+        r = 0;
     }
-    if (n == static_cast<int>(from.len)) {
-        release(from);
-        return;
-    }
-    if (n < 0 && n != UV_EAGAIN) {
-        close(&to == &client_ ? "client write error" : "upstream write error", &to != &client_, &to == &client_);
-        return;
-    }
-    uint32_t done = n > 0 ? static_cast<uint32_t>(n) : 0;
-    uv_read_stop(stream(from.tcp));
-    queue_write(to, uv_buf_init(from.buf + done, from.len - done));
+    from.off += static_cast<uint32_t>(r);
+    from.len -= static_cast<uint32_t>(r);
+    if (from.len) return true;
+    release(from);
+    if (to.fin_owed) send_fin(to);
+    return !closing_;
 }
 
-// Queues `b` on `to` with a pooled request, released in on_write. False (and the connection
-// closing) when the write cannot be queued.
-bool Connection::queue_write(Side& to, uv_buf_t b) {
-    before_write(to);
-    to.wreq = srv_.pools().writes.get();
-    if (!to.wreq) {
-        close("out of memory", true, true);
-        return false;
-    }
-    to.wreq->data = this;
-    if (uv_write(to.wreq, stream(to.tcp), &b, 1, on_write) != 0) {
-        srv_.pools().writes.put(to.wreq);
-        to.wreq = nullptr;
-        close("write failed", true, true);
-        return false;
-    }
-    return true;
-}
-
-void Connection::on_write(uv_write_t* req, int status) {
-    auto* c = static_cast<Connection*>(req->data);
-    Side& to = req == c->client_.wreq ? c->client_ : c->upstream_;
-    Side& from = c->other(to);
-    to.wreq = nullptr;
-    c->srv_.pools().writes.put(req);
-    if (status == UV_ECANCELED || c->closing_) return;
-    if (status != 0) {
-        c->close(&to == &c->client_ ? "client write error" : "upstream write error", &to != &c->client_,
-                 &to == &c->client_);
+void Connection::send_fin(Side& to) {
+    to.fin_owed = false;
+    if (::shutdown(to.fd, SHUT_WR) != 0) {
+        close("shutdown failed");
         return;
     }
-    c->release(from);
-    if (!from.eof && !c->srv_.handoff().handing_over()) uv_read_start(stream(from.tcp), on_alloc, on_read_cb);
-}
-
-void Connection::on_shutdown(uv_shutdown_t* req, int status) {
-    auto* c = static_cast<Connection*>(req->data);
-    Side& to = req == c->client_.sreq ? c->client_ : c->upstream_;
-    to.sreq = nullptr;
-    c->srv_.pools().shutdowns.put(req);
-    if (status == UV_ECANCELED || c->closing_) return;
     to.shut = true;
-    c->maybe_finish();
+    maybe_finish();
 }
 
 bool Connection::check_half_closed() {
     if (closing_ || state_ != State::splicing) return false;
     for (Side* s : {&client_, &upstream_}) {
-        if (!only_peer_finished(*s) || !tcp_closed(&s->tcp)) continue;
+        if (!only_peer_finished(*s) || !tcp_closed(s->fd)) continue;
         const bool client = s == &client_;
         close(client ? "client reset after its FIN" : "upstream reset after its FIN", !client, client);
         return false;
@@ -521,8 +532,7 @@ bool Connection::pause_for_handover() {
         close("handover: not yet connected upstream");  // the client reconnects to the next process
         return false;
     }
-    uv_read_stop(stream(client_.tcp));
-    uv_read_stop(stream(upstream_.tcp));
+    paused_ = true;  // bytes already read are still written (quiescent() waits for them)
     uv_timer_stop(&timer_);
     timer_for_ = TimerFor::none;
     return true;
@@ -530,13 +540,12 @@ bool Connection::pause_for_handover() {
 
 bool Connection::handover_entry(handover::Entry& e, int& client_fd, int& upstream_fd, bool flushed_only) {
     if (closing_ || state_ != State::splicing || !up_ || (flushed_only ? !quiescent() : awaiting_answer_)) return false;
-    uv_os_fd_t cf, uf;
-    if (uv_fileno(handle(client_.tcp), &cf) != 0 || uv_fileno(handle(upstream_.tcp), &uf) != 0) return false;
+    if (client_.fd < 0 || upstream_.fd < 0) return false;
     apply_deferred_options();  // the next process takes the socket as it is
-    e.client_local = handover::local_address(cf);
-    e.client_peer = handover::peer_address(cf);
-    e.upstream_local = handover::local_address(uf);
-    e.upstream_peer = handover::peer_address(uf);
+    e.client_local = handover::local_address(client_.fd);
+    e.client_peer = handover::peer_address(client_.fd);
+    e.upstream_local = handover::local_address(upstream_.fd);
+    e.upstream_peer = handover::peer_address(upstream_.fd);
     if (e.client_local.empty() || e.client_peer.empty() || e.upstream_local.empty() || e.upstream_peer.empty())
         return false;  // a peer already gone (ENOTCONN): nothing worth handing over
     e.upstream = up_->name;
@@ -545,8 +554,9 @@ bool Connection::handover_entry(handover::Entry& e, int& client_fd, int& upstrea
     e.upstream_eof = upstream_.eof;
     e.upstream_shut = upstream_.shut;
     e.age_ms = uv_now(srv_.loop()) - started_ms_;
-    client_fd = cf;
-    upstream_fd = uf;
+    client_fd = client_.fd;
+    upstream_fd = upstream_.fd;
+    shared_ = true;  // another process may hold them from now on: close_socket() takes them out of the set
     return true;
 }
 
@@ -555,22 +565,20 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
     uint64_t now = uv_now(srv.loop());
     c->started_ms_ = now > e.age_ms ? now - e.age_ms : 0;
     c->state_ = State::splicing;
+    c->client_.fd = client_fd;
+    c->upstream_.fd = upstream_fd;
     uv_timer_init(srv.loop(), &c->timer_);
     c->timer_.data = c;
     c->timer_open_ = true;
-    c->open_handles_++;
     srv.connection_opened(c, true);
     int r = 0;
-    for (auto [s, fd] : {std::pair{&c->client_, client_fd}, std::pair{&c->upstream_, upstream_fd}}) {
-        if (r == 0) r = uv_tcp_init(srv.loop(), &s->tcp);
-        if (r == 0) {
-            s->tcp.data = c;
-            s->open = true;
-            c->open_handles_++;
-            r = uv_tcp_open(&s->tcp, fd);
-            if (r == 0) continue;
-        }
-        ::close(fd);
+    for (Side* s : {&c->client_, &c->upstream_}) {
+        // Non-blocking already (the flag is the socket's, and the previous process set it), but
+        // that process may have been another build: checked once per resumed socket.
+        const int flags = r == 0 ? ::fcntl(s->fd, F_GETFL) : 0;
+        if (r == 0 && (flags < 0 || (!(flags & O_NONBLOCK) && ::fcntl(s->fd, F_SETFL, flags | O_NONBLOCK) != 0)))
+            r = -errno;
+        if (r == 0) r = srv.splice_poll().add(s->fd, c->tag(*s));
     }
     if (r != 0) {
         log::warn("cannot resume a handed-over connection", {{"upstream", up.name}, {"error", uv_strerror(r)}});
@@ -590,11 +598,32 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
         c->close("done");
         return true;
     }
-    if (!c->client_.eof) uv_read_start(stream(c->client_.tcp), on_alloc, on_read_cb);
-    if (!c->upstream_.eof) uv_read_start(stream(c->upstream_.tcp), on_alloc, on_read_cb);
+    // Just added to the set, each socket is reported at once if it has something to read.
     if (c->client_.eof || c->upstream_.eof) srv.watch_half_closed();
     if (up.removed) c->close_later_for_removal(static_cast<uint64_t>(srv.config().s.drain_timeout.count()));
     return true;
+}
+
+// Closes one socket; `reset` sends RST instead of FIN. A socket in the crash copy stays open in
+// systemd's copy after close(2), so it is ended here first (shutdown, or a reset by
+// connect(AF_UNSPEC) as SO_LINGER 0 would do at the last close), unless it is being handed over.
+// One given out at all may be open elsewhere, so it leaves the set before it is closed.
+void Connection::close_socket(Side& s, bool reset) {
+    if (s.fd < 0) return;
+    if (stored_ && reset) {
+        sockaddr unspec{};
+        unspec.sa_family = AF_UNSPEC;
+        ::connect(s.fd, &unspec, sizeof unspec);
+    } else if (stored_) {
+        if (!srv_.handoff().handing_over()) ::shutdown(s.fd, SHUT_RDWR);
+    } else if (reset) {
+        linger zero{1, 0};
+        ::setsockopt(s.fd, SOL_SOCKET, SO_LINGER, &zero, sizeof zero);
+    }
+    if (shared_) srv_.splice_poll().remove(s.fd);
+    ::close(s.fd);
+    s.fd = -1;
+    release(s);
 }
 
 void Connection::close(const char* reason, bool reset_client, bool reset_upstream) {
@@ -608,42 +637,21 @@ void Connection::close(const char* reason, bool reset_client, bool reset_upstrea
     KPRISM_DEBUG("connection closed", {{"reason", reason},
                                        {"upstream", up_ ? up_->name : std::string("-")},
                                        {"duration_ms", static_cast<uint64_t>(uv_now(srv_.loop()) - started_ms_)}});
+    if (stored_) srv_.handoff().crash_copy_changed();
+    close_socket(client_, reset_client);
+    close_socket(upstream_, reset_upstream);
     if (timer_open_) {
         timer_open_ = false;
         uv_close(reinterpret_cast<uv_handle_t*>(&timer_), on_closed);
     }
-    if (stored_) srv_.handoff().crash_copy_changed();
-    auto close_side = [&](Side& s, bool reset) {
-        if (!s.open) return;
-        s.open = false;
-        uv_os_fd_t fd;
-        if (stored_ && uv_fileno(handle(s.tcp), &fd) == 0) {
-            if (reset) {  // tcp_disconnect(): RST, as SO_LINGER 0 would at the last close
-                sockaddr unspec{};
-                unspec.sa_family = AF_UNSPEC;
-                ::connect(fd, &unspec, sizeof unspec);
-            } else if (!srv_.handoff().handing_over()) {
-                ::shutdown(fd, SHUT_RDWR);
-            }
-            uv_close(handle(s.tcp), on_closed);
-            return;
-        }
-        if (!reset || uv_tcp_close_reset(&s.tcp, on_closed) != 0) uv_close(handle(s.tcp), on_closed);
-    };
-    close_side(client_, reset_client);
-    close_side(upstream_, reset_upstream);
 }
 
+// The last of the Connection: libuv runs close callbacks after the poll phase, so no event taken
+// from the SplicePoll can still name it.
 void Connection::on_closed(uv_handle_t* h) {
-    Connection* c = owner(h);
-    c->open_handles_--;
-    c->handle_closed();
-}
-
-void Connection::handle_closed() {
-    if (open_handles_ > 0) return;
-    srv_.connection_closed(this);
-    delete this;
+    auto* c = static_cast<Connection*>(h->data);
+    c->srv_.connection_closed(c);
+    delete c;
 }
 
 }  // namespace kprism

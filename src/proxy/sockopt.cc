@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Socket options that libuv does not wrap: setsockopt() (keepalive interval/count,
-// TCP_USER_TIMEOUT) and the TCP state from TCP_INFO.
+// Socket options of the spliced sockets and the listeners (keepalive and its timings,
+// TCP_NODELAY, TCP_USER_TIMEOUT), and the TCP state from TCP_INFO.
 #include "kprism/proxy/sockopt.h"
 
 #include <netinet/in.h>
@@ -11,13 +11,11 @@
 
 namespace kprism {
 
-int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener, bool with_nodelay) {
+int apply_tcp_options(int fd, const Settings& s, bool listener, bool with_nodelay) {
     int first_err = 0;
     auto keep = [&](int r) {
         if (r != 0 && first_err == 0) first_err = r;
     };
-    uv_os_fd_t fd;
-    if (uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) != 0) return UV_EBADF;
     auto opt = [&](int level, int name, int value) {
         if (setsockopt(fd, level, name, &value, sizeof value) != 0) keep(-errno);
     };
@@ -35,16 +33,15 @@ int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener, bool with
     return first_err;
 }
 
-bool set_tcp_nodelay(uv_tcp_t* tcp, const Settings& s) {
-    return s.tcp_nodelay && uv_tcp_nodelay(tcp, 1) == 0;
+bool set_tcp_nodelay(int fd, const Settings& s) {
+    int one = 1;
+    return s.tcp_nodelay && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0;
 }
 
-bool tcp_closed(uv_tcp_t* tcp) {
-    uv_os_fd_t fd;
+bool tcp_closed(int fd) {
     tcp_info info{};
     socklen_t len = sizeof info;
-    return uv_fileno(reinterpret_cast<uv_handle_t*>(tcp), &fd) == 0 &&
-           getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 && info.tcpi_state == TCP_CLOSE;
 }
 
 }  // namespace kprism

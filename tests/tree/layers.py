@@ -37,7 +37,7 @@ PARTS = {
     "upstreams/upstream", "upstreams/credentials", "upstreams/readyz_body", "upstreams/http_response",
     "upstreams/tls_context", "upstreams/tls_client",
     "discovery/parse", "discovery/snapshot",
-    "proxy/selection", "proxy/buffer_pool", "proxy/sockopt",
+    "proxy/selection", "proxy/buffer_pool", "proxy/sockopt", "proxy/splice_poll",
     "handoff/record",
     "daemon/heartbeat", "daemon/runtime_dir", "daemon/admin_endpoint",
     "admin/http_request", "admin/metric_families", "daemon/stats",

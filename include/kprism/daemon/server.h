@@ -21,6 +21,7 @@
 #include "kprism/base/log_limiter.h"
 #include "kprism/proxy/selection.h"
 #include "kprism/proxy/rebalancer.h"
+#include "kprism/proxy/splice_poll.h"
 #include "kprism/base/sd_notify.h"
 #include "kprism/daemon/stats.h"
 
@@ -28,12 +29,9 @@ namespace kprism {
 
 class Connection;
 
-// What connections borrow only while they need it: read chunks and libuv requests.
+// What connections borrow only while they need it: read chunks.
 struct ConnectionPools {
     BufferPool buffers;
-    RequestPool<uv_write_t> writes;
-    RequestPool<uv_shutdown_t> shutdowns;
-    RequestPool<uv_connect_t> connects;
 };
 
 // Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
@@ -64,6 +62,7 @@ public:
     // after start and after each reload.
     const OwnListeners& own_listeners() const { return own_; }
     ConnectionPools& pools() { return pools_; }
+    SplicePoll& splice_poll() { return splice_poll_; }  // the connections' sockets (splice_poll.h)
     ControlPlane& control() { return control_; }
     const ControlPlane& control() const { return control_; }
     Policy& selection() { return *selection_; }  // the selection policy in force
@@ -167,6 +166,7 @@ private:
     Loader loader_;
     Stats stats_;
     ConnectionPools pools_;
+    SplicePoll splice_poll_;
     std::unique_ptr<Policy> selection_;
     ControlPlane control_;
     Rebalancer rebalancer_;

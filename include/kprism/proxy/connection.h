@@ -16,12 +16,17 @@ namespace kprism {
 class Server;
 struct Upstream;
 
-// Owns its three handles (client, upstream, timer). Created by Connection::accept, it deletes
-// itself in the close callback of its last open handle; nothing else frees it.
+// Owns its two sockets (client and upstream, raw descriptors in the Server's SplicePoll) and one
+// timer handle. Created by Connection::accept or resume, it deletes itself in the timer's close
+// callback, which libuv runs after the poll phase: an event already taken from the set for a
+// socket closed in the same pass still finds the Connection (and a closed side, which ignores it).
 class Connection {
 public:
-    // Accepts a pending connection from `listener` and starts connecting it upstream.
-    static void accept(Server& srv, uv_stream_t* listener);
+    // Takes a socket just accepted (owned from here: closed on every failure) and starts
+    // connecting it upstream.
+    static void accept(Server& srv, int fd);
+    // SplicePoll's handler: one event for the socket tagged `tag` (Connection::tag).
+    static void on_poll(uint64_t tag, uint32_t events);
 
     // Starts closing (idempotent). `reset` sends RST to the client instead of FIN.
     void close(const char* reason, bool reset_client = false, bool reset_upstream = false);
@@ -48,7 +53,7 @@ public:
     // ways and any timer; a connection not yet spliced is closed instead (false). quiescent():
     // nothing of ours in flight (no write or FIN queued), so its sockets hold every byte.
     bool pause_for_handover();
-    bool quiescent() const { return !client_.wreq && !upstream_.wreq && !client_.sreq && !upstream_.sreq; }
+    bool quiescent() const { return !client_.len && !upstream_.len && !client_.fin_owed && !upstream_.fin_owed; }
     // Its two descriptors and its record entry; false when it has none to give. The crash copy
     // (handoff/crash_copy.cc) takes connections with writes in flight too (flushed_only = false), but
     // not one that may still be replayed to another upstream.
@@ -62,8 +67,8 @@ public:
     static bool resume(Server& srv, int client_fd, int upstream_fd, Upstream& up, const handover::Entry& e);
 
     // Called by the Server's half-close sweep about once a second while some connection is
-    // half-closed. A peer whose FIN was read is no longer read (libuv stops at EOF), so its later
-    // reset would go unseen while the other peer is idle: when its socket has reached TCP_CLOSE,
+    // half-closed. A peer whose FIN was read is no longer read, so its later reset would go unseen
+    // while the other peer is idle: when its socket has reached TCP_CLOSE,
     // the connection closes and resets the other peer. Returns whether it still needs the sweep.
     bool check_half_closed();
 
@@ -85,19 +90,21 @@ private:
     enum class State { connecting, splicing };
     enum class TimerFor { none, connect, first_response, down, removed, rebalance };
 
-    // One direction's reader: bytes read from `tcp` wait in `buf` until written to the peer.
-    // Requests come from the Server's pools and are held only while in flight.
+    // One socket. Bytes read from it wait in `buf` (a pooled chunk, held only while they wait)
+    // until the other side's socket takes them; while they wait, this socket is not read
+    // (backpressure), and the other side is written again when it reports EPOLLOUT.
     struct Side {
-        uv_tcp_t tcp{};
+        int fd = -1;                   // open while >= 0
         char* buf = nullptr;           // pooled chunk; null while idle
-        uint32_t len = 0;              // bytes in buf not yet written to the peer
-        bool open = false;             // uv_tcp_init done and uv_close not yet called
+        uint32_t off = 0;              // buf[off, off + len): read from this side, not yet written to the other
+        uint32_t len = 0;
+        uint8_t gen = 0;               // upstream: counts its sockets (retries), so a closed one's event is told apart
         bool eof = false;              // peer sent FIN (we read EOF)
         bool shut = false;             // we sent FIN to this side
+        bool fin_owed = false;         // the other side's FIN goes to this one once the bytes before it are written
+        uint32_t unread = 0;           // events it reported while it could not be read: read once it can
         bool wrote = false;            // upstream: a write was made (the next may set TCP_NODELAY)
         bool nodelay = false;          // upstream: TCP_NODELAY is set
-        uv_write_t* wreq = nullptr;    // queued write of the *other* side's bytes into this side
-        uv_shutdown_t* sreq = nullptr; // pending FIN to this side
     };
 
     explicit Connection(Server& srv);
@@ -107,47 +114,52 @@ private:
     void start_attempt();
     // `reason` is the text for logs; `why` is what the bookkeeping counts.
     void attempt_failed(ConnectFailure why, const char* reason, bool upstream_fault);
+    void connect_finished(uint32_t events);
     void start_splicing();
-    void forward(Side& from, Side& to);
-    bool queue_write(Side& to, uv_buf_t b);
+    void on_events(Side& s, uint32_t events);
+    // Reads `from` until it would block, after `events` (epoll's) said it has something to read.
+    void drain(Side& from, uint32_t events);
+    void on_data(Side& from, Side& to, size_t n);
+    void on_eof(Side& from, Side& to);
+    void on_read_error(Side& from, Side& to, int err);
+    // Writes what waits in `from` into `to`; false when the connection closed meanwhile.
+    bool flush(Side& from, Side& to);
+    void send_fin(Side& to);
     void before_write(Side& to);
     void release(Side& s);
-    // `fin_read`: an EOF that read(2) returned, not libuv's short-circuit on POLLHUP.
-    void on_read(Side& from, Side& to, ssize_t nread, bool fin_read = false);
+    void close_socket(Side& s, bool reset);
+    uint64_t tag(const Side& s) const {
+        return reinterpret_cast<uintptr_t>(this) | (&s == &upstream_ ? 1u : 0u) | (s.gen & 3u) << 1;
+    }
     void maybe_finish();
     // `s` sent its FIN and was not sent ours: its socket is in CLOSE_WAIT until we close it.
-    static bool only_peer_finished(const Side& s) { return s.open && s.eof && !s.shut && !s.sreq; }
+    static bool only_peer_finished(const Side& s) { return s.fd >= 0 && s.eof && !s.shut && !s.fin_owed; }
     void answered();
     void stop_awaiting_answer();
     void keep_first_flight(const char* p, size_t n);
     static constexpr size_t kMaxFirstFlight = 16 * 1024;
+    // Reads of one socket per event before it is re-armed (SplicePoll::rearm) so the other
+    // sockets get their turn: with 64 KiB chunks, 1 MiB.
+    static constexpr int kReadsPerEvent = 16;
     bool try_replay(ConnectFailure why, const char* reason);
-    Side& side_of(uv_handle_t* h) { return reinterpret_cast<uv_tcp_t*>(h) == &client_.tcp ? client_ : upstream_; }
     Side& other(Side& s) { return &s == &client_ ? upstream_ : client_; }
-    void handle_closed();
 
-    static void on_alloc(uv_handle_t* h, size_t suggested, uv_buf_t* buf);
-    static void on_read_cb(uv_stream_t* s, ssize_t nread, const uv_buf_t* buf);
-    static void on_write(uv_write_t* req, int status);
-    static void on_shutdown(uv_shutdown_t* req, int status);
-    static void on_connect(uv_connect_t* req, int status);
     static void on_timer(uv_timer_t* t);
     static void on_closed(uv_handle_t* h);
-    static void on_upstream_closed_for_retry(uv_handle_t* h);
 
     Server& srv_;
     Side client_;
     Side upstream_;
     uv_timer_t timer_{};
-    uv_connect_t* creq_ = nullptr;  // pooled, while connecting
     State state_ = State::connecting;
     Upstream* up_ = nullptr;
     TriedSet tried_ = 0;
     uint32_t attempts_ = 0;
-    int open_handles_ = 0;
     bool closing_ = false;
     bool timer_open_ = false;
     bool stored_ = false;  // mark_stored()
+    bool shared_ = false;  // its sockets were given out (handover_entry): another process may hold them
+    bool paused_ = false;  // pause_for_handover(): neither side is read any more
     bool options_deferred_ = false;  // counted in the Server's options_pending_[options_gen_]
     uint8_t options_gen_ = 0;
     bool options_swept_ = false;     // the options sweep has passed: new upstream sockets get them at once

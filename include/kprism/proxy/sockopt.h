@@ -5,8 +5,6 @@
 // keepalive timings and TCP_USER_TIMEOUT to each accepted socket), so an accept costs no setsockopt.
 #pragma once
 
-#include <uv.h>
-
 #include "kprism/config/config.h"
 
 namespace kprism {
@@ -16,15 +14,15 @@ namespace kprism {
 // explicitly, so a reload that turns one off turns it off for the connections accepted after it.
 // Best effort: failures are not fatal for the connection. Returns 0 or the first error.
 // `with_nodelay` false leaves TCP_NODELAY out (already set; see set_tcp_nodelay).
-int apply_tcp_options(uv_tcp_t* tcp, const Settings& s, bool listener = false, bool with_nodelay = true);
+int apply_tcp_options(int fd, const Settings& s, bool listener = false, bool with_nodelay = true);
 
 // TCP_NODELAY alone (when tcp.nodelay is on): before an upstream socket's second write, the first
 // that Nagle's algorithm could hold back. Returns whether it is set.
-bool set_tcp_nodelay(uv_tcp_t* tcp, const Settings& s);
+bool set_tcp_nodelay(int fd, const Settings& s);
 
 // The socket has reached TCP_CLOSE (TCP_INFO's tcpi_state): on a socket whose peer's FIN was read
 // and that has sent no FIN itself (CLOSE_WAIT), only the peer's RST or a keepalive or user
 // timeout gets it there. Reading does not show it (recv() returns 0 after a FIN whatever follows).
-bool tcp_closed(uv_tcp_t* tcp);
+bool tcp_closed(int fd);
 
 }  // namespace kprism

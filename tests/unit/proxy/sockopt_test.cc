@@ -38,15 +38,15 @@ Accepted accept_one(const Settings& s, const Settings* before = nullptr) {
     sockaddr_in addr{};
     uv_ip4_addr("127.0.0.1", 0, &addr);
     EXPECT_EQ(uv_tcp_bind(&listener, reinterpret_cast<const sockaddr*>(&addr), 0), 0);
+    uv_os_fd_t lfd;
+    uv_fileno(reinterpret_cast<uv_handle_t*>(&listener), &lfd);
     if (before) {
-        EXPECT_EQ(apply_tcp_options(&listener, *before, true), 0);
+        EXPECT_EQ(apply_tcp_options(lfd, *before, true), 0);
     }
-    EXPECT_EQ(apply_tcp_options(&listener, s, true), 0);
+    EXPECT_EQ(apply_tcp_options(lfd, s, true), 0);
     EXPECT_EQ(uv_listen(reinterpret_cast<uv_stream_t*>(&listener), 8, [](uv_stream_t*, int) {}), 0);
     int namelen = sizeof addr;
     uv_tcp_getsockname(&listener, reinterpret_cast<sockaddr*>(&addr), &namelen);
-    uv_os_fd_t lfd;
-    uv_fileno(reinterpret_cast<uv_handle_t*>(&listener), &lfd);
 
     int client = socket(AF_INET, SOCK_STREAM, 0);
     EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
