@@ -16,7 +16,7 @@
 # requests wrk completed; the top calls of each are listed.
 #
 # Usage: bench/cpu_compare.sh [--syscalls-only | --cpu-only]
-# Environment (defaults): KPRISM_BIN (build/kprism), SLICE (3), ROUNDS (5), CONNS (32),
+# Environment (defaults): KPRISM_BIN (build/kprism), SLICE (3), ROUNDS (10), CONNS (32),
 #   SYSCALL_SECONDS (2), KPRISM_PORT (7445), HAPROXY_PORT (7447), ADMIN_PORT (17446),
 #   BACKEND_PORTS ("17451 17452 17453"), NICE (-10 as root, else 0), PERF_DIR (unset: when set,
 #   `perf record -e cpu-clock -g` of each proxy during one extra slice per workload goes there).
@@ -35,7 +35,7 @@ case "${1:-}" in
 esac
 
 KPRISM_BIN=${KPRISM_BIN:-$root/build/kprism}
-SLICE=${SLICE:-3}; ROUNDS=${ROUNDS:-5}; CONNS=${CONNS:-32}; SYSCALL_SECONDS=${SYSCALL_SECONDS:-2}
+SLICE=${SLICE:-3}; ROUNDS=${ROUNDS:-10}; CONNS=${CONNS:-32}; SYSCALL_SECONDS=${SYSCALL_SECONDS:-2}
 KPRISM_PORT=${KPRISM_PORT:-7445}; HAPROXY_PORT=${HAPROXY_PORT:-7447}; ADMIN_PORT=${ADMIN_PORT:-17446}
 read -r -a BACKEND_PORTS <<<"${BACKEND_PORTS:-17451 17452 17453}"
 if [ "$(id -u)" = 0 ]; then NICE=${NICE:--10}; else NICE=${NICE:-0}; fi
