@@ -40,6 +40,9 @@ int socket_error(int fd) {
 }
 
 constexpr uint32_t kHangup = EPOLLERR | EPOLLHUP;
+// After a short read, the events that say more may still be queued: an error or hang-up (the next
+// read returns it), or urgent data, at whose mark a read stops early.
+constexpr uint32_t kReadOn = kHangup | EPOLLPRI;
 }  // namespace
 
 Connection::Connection(Server& srv) : srv_(srv) {}
@@ -118,10 +121,8 @@ void Connection::start_attempt() {
         options_deferred_ = true;
         options_gen_ = static_cast<uint8_t>(srv_.upstream_options_deferred());
     }
-    int r;
-    do r = ::connect(fd, as_sockaddr(up_->sa), sockaddr_len(up_->sa));
-    while (r != 0 && errno == EINTR);
-    if (r != 0 && errno != EINPROGRESS) {
+    // EINTR too goes on in the background (connect(2)); calling it again would give EALREADY.
+    if (::connect(fd, as_sockaddr(up_->sa), sockaddr_len(up_->sa)) != 0 && errno != EINPROGRESS && errno != EINTR) {
         const int err = -errno;
         attempt_failed(connect_failure_from_uv(err), uv_strerror(err), !local_error(err));
         return;
@@ -364,15 +365,17 @@ void Connection::on_events(Side& s, uint32_t events) {
         if (!peer.len && peer.unread) drain(peer, 0);  // its edge passed while its bytes waited
         if (closing_ || s.fd < 0) return;
     }
-    if (events & (EPOLLIN | EPOLLRDHUP | kHangup)) drain(s, events);
+    if (events & (EPOLLIN | EPOLLRDHUP | kReadOn)) drain(s, events);
 }
 
 // Reads `from` until it would block (the set is edge-triggered: it reports a socket again only
 // when something new arrives), passing each chunk on. A side that cannot be read now (the client
 // while connecting, one whose bytes still wait for the peer, any once paused) keeps the events in
 // `unread` for the next drain. A short read took everything queued: the drain ends there unless
-// the events told of an end. After EPOLLRDHUP alone the FIN follows those bytes, and costs no read
-// of its own; after EPOLLERR or EPOLLHUP (maybe a reset) the next read tells which. After
+// the events told of an end or of urgent data. After EPOLLRDHUP alone the FIN follows those bytes,
+// and costs no read of its own; after EPOLLERR or EPOLLHUP (maybe a reset) the next read tells
+// which; after EPOLLPRI the read stopped at the urgent mark and the next goes on (the urgent byte
+// itself is dropped, as without SO_OOBINLINE it always was: it is not passed on). After
 // kReadsPerEvent full chunks the socket is re-armed, to be reported again after the others.
 void Connection::drain(Side& from, uint32_t events) {
     Side& to = other(from);
@@ -394,7 +397,7 @@ void Connection::drain(Side& from, uint32_t events) {
             on_data(from, to, static_cast<size_t>(n));
             if (static_cast<size_t>(n) == BufferPool::kChunkSize) continue;
             if (closing_) return;
-            if (events & kHangup) continue;
+            if (events & kReadOn) continue;
             if (events & EPOLLRDHUP) {
                 on_eof(from, to);
                 return;
@@ -566,6 +569,7 @@ bool Connection::resume(Server& srv, int client_fd, int upstream_fd, Upstream& u
     c->state_ = State::splicing;
     c->client_.fd = client_fd;
     c->upstream_.fd = upstream_fd;
+    c->shared_ = true;  // systemd's store may still hold them (a crash copy not yet dropped)
     uv_timer_init(srv.loop(), &c->timer_);
     c->timer_.data = c;
     c->timer_open_ = true;

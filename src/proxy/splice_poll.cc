@@ -11,7 +11,8 @@
 namespace kprism {
 
 namespace {
-constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+// EPOLLPRI: urgent data stops a read at its mark (splice: a short read is then not the end).
+constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLET;
 }
 
 SplicePoll::~SplicePoll() {

@@ -396,3 +396,26 @@ TEST(Splice, QuietUpstreamBurstArrivesWholeAfterBackpressure) {
     EXPECT_TRUE(same);
     ::close(fd);
 }
+
+// Urgent data stops a read at its mark, so a short read is then not everything queued: the bytes
+// after the mark must still be read and passed on (the urgent byte itself is not: kprism reads
+// without SO_OOBINLINE).
+TEST(Splice, BytesAfterUrgentDataAreNotLeftBehind) {
+    TcpServer up([](int fd) {
+        char b[6];
+        if (recv_exact(fd, b, 6) == 6 && std::string(b, 6) == "abcdef") send_all(fd, "ok", 2);
+    });
+    Kprism k({up.endpoint()});
+    for (int i = 0; i < 20; ++i) {
+        int fd = connect_to(k.port);
+        ASSERT_GE(fd, 0);
+        char hello[2];
+        // Back to back, the three reach kprism's socket before it reads (it reads the client only
+        // once connected upstream).
+        ASSERT_EQ(::send(fd, "abc", 3, 0), 3);
+        ASSERT_EQ(::send(fd, "X", 1, MSG_OOB), 1);
+        ASSERT_EQ(::send(fd, "def", 3, 0), 3);
+        EXPECT_EQ(recv_exact(fd, hello, 2, 5000ms), 2u) << "connection " << i << ": the bytes after the urgent mark never arrived";
+        ::close(fd);
+    }
+}
