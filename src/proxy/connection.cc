@@ -43,6 +43,8 @@ constexpr uint32_t kHangup = EPOLLERR | EPOLLHUP;
 // After a short read, the events that say more may still be queued: an error or hang-up (the next
 // read returns it), or urgent data, at whose mark a read stops early.
 constexpr uint32_t kReadOn = kHangup | EPOLLPRI;
+// The events after which a socket is read.
+constexpr uint32_t kReadable = EPOLLIN | EPOLLRDHUP | kReadOn;
 }  // namespace
 
 Connection::Connection(Server& srv) : srv_(srv) {}
@@ -148,7 +150,7 @@ void Connection::connect_finished(uint32_t events) {
         attempt_failed(connect_failure_from_uv(-err), uv_strerror(-err), !local_error(-err));
         return;
     }
-    upstream_.unread = events & (EPOLLIN | EPOLLRDHUP | kHangup);  // it may have spoken first
+    upstream_.unread = events & kReadable;  // it may have spoken first
     start_splicing();
 }
 
@@ -195,8 +197,7 @@ void Connection::attempt_failed(ConnectFailure why, const char* reason, bool ups
     Upstream* u = up_;
     u->active--;
     up_ = nullptr;
-    close_socket(upstream_, false);
-    upstream_ = Side{.gen = upstream_.gen};
+    drop_upstream_socket();
     if (upstream_fault) srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
     KPRISM_DEBUG("upstream connect failed", {{"upstream", u->name}, {"reason", reason}, {"attempt", attempts_}});
     if (!upstream_fault) {
@@ -219,8 +220,7 @@ bool Connection::try_replay(ConnectFailure why, const char* reason) {
     state_ = State::connecting;
     uv_timer_stop(&timer_);
     timer_for_ = TimerFor::none;
-    close_socket(upstream_, false);
-    upstream_ = Side{.gen = upstream_.gen};
+    drop_upstream_socket();
     srv_.control().passive_failure(*u, why, reason, started_ms_ + attempt_offset_ms_);
     if (closing_) return true;
     // The first flight waits in the client's chunk, as bytes read from it not yet written: the
@@ -365,7 +365,7 @@ void Connection::on_events(Side& s, uint32_t events) {
         if (!peer.len && peer.unread) drain(peer, 0);  // its edge passed while its bytes waited
         if (closing_ || s.fd < 0) return;
     }
-    if (events & (EPOLLIN | EPOLLRDHUP | kReadOn)) drain(s, events);
+    if (events & kReadable) drain(s, events);
 }
 
 // Reads `from` until it would block (the set is edge-triggered: it reports a socket again only
@@ -448,7 +448,7 @@ void Connection::on_eof(Side& from, Side& to) {
     // The apiserver ended it first (not the client): a passive signal when many do at once. Its
     // age on this upstream: a connection moved here after a failed attempt elsewhere is young.
     if (!client_side && !to.eof)
-        srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
+        srv_.control().upstream_ended(*up_, attempt_age_ms());
     from.eof = true;
     if (client_side) stop_awaiting_answer();  // a half-closed client is never replayed
     srv_.watch_half_closed();  // from now on only the sweep sees a reset of `from`
@@ -474,7 +474,7 @@ void Connection::on_read_error(Side& from, Side& to, int err) {
         try_replay(ConnectFailure::hung_up, "reset before answering"))
         return;
     if (!client_side && !to.eof && err != ENOBUFS)
-        srv_.control().upstream_ended(*up_, uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_));
+        srv_.control().upstream_ended(*up_, attempt_age_ms());
     const char* reason = err == ENOBUFS ? "out of buffers" : client_side ? "client read error" : "upstream read error";
     // Propagate a reset to the other side so neither peer waits on a half-dead connection.
     close(reason, !client_side, client_side);
@@ -627,6 +627,15 @@ void Connection::close_socket(Side& s, bool reset) {
     ::close(s.fd);
     s.fd = -1;
     release(s);
+}
+
+uint64_t Connection::attempt_age_ms() const { return uv_now(srv_.loop()) - (started_ms_ + attempt_offset_ms_); }
+
+// The attempt's socket is closed and the side starts afresh; the generation goes on counting, so
+// an event of the closed socket still in this pass is told apart (on_poll).
+void Connection::drop_upstream_socket() {
+    close_socket(upstream_, false);
+    upstream_ = Side{.gen = upstream_.gen};
 }
 
 void Connection::close(const char* reason, bool reset_client, bool reset_upstream) {

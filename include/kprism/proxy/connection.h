@@ -128,6 +128,9 @@ private:
     void before_write(Side& to);
     void release(Side& s);
     void close_socket(Side& s, bool reset);
+    void drop_upstream_socket();
+    // How long the current upstream attempt has lasted (its connection's age on that upstream).
+    uint64_t attempt_age_ms() const;
     uint64_t tag(const Side& s) const {
         return reinterpret_cast<uintptr_t>(this) | (&s == &upstream_ ? 1u : 0u) | (s.gen & 3u) << 1;
     }
