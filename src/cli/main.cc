@@ -43,7 +43,7 @@ int run(const Config& cfg, const CommandLine& cl, int argc, char** argv) {
             rc = kExitStartup;
         }
         // On failure this only runs the close callbacks of what start() opened.
-        uv_run(&loop, UV_RUN_DEFAULT);
+        server.splice_poll().run(&loop);
         if (rc == 0) rc = server.handoff().exit_code();
     }
     if (int r = uv_loop_close(&loop); r != 0) log::error("event loop closed with open handles", {{"error", uv_strerror(r)}});
