@@ -131,7 +131,7 @@ wait_http "$HAPROXY_PORT" 10 || die "HAProxy does not answer: $(tail -3 "$tmp/ha
 wait_http "$KPRISM_PORT" 10 || die "kprism does not answer: $(tail -3 "$tmp/kprism.log")"
 
 declare -A PID=([kprism]=$kprism_pid [haproxy]=$haproxy_pid) PORT=([kprism]=$KPRISM_PORT [haproxy]=$HAPROXY_PORT)
-declare -A TICKS REQS ERRS
+declare -A TICKS REQS ERRS t_before n_before
 
 wrk_run() { # proxy mode seconds -> sets WRK_REQS, WRK_ERRS
     local extra=() out
@@ -189,10 +189,17 @@ fi
 if [ $do_cpu = 1 ]; then
     for mode in ka close; do
         wrk_run kprism "$mode" 1; wrk_run haproxy "$mode" 1 # warm-up, not counted
+        round_ratios=()
         for r in $(seq "$ROUNDS"); do
+            for p in kprism haproxy; do t_before[$p]=${TICKS[$p.$mode]:-0}; n_before[$p]=${REQS[$p.$mode]:-0}; done
             for p in kprism haproxy haproxy kprism; do slice "$p" "$mode"; done
+            # This round's own ratio (its two slices each), to show how far one round strays.
+            round_ratios+=("$(awk -v kt=$((TICKS[kprism.$mode] - t_before[kprism])) -v kn=$((REQS[kprism.$mode] - n_before[kprism])) \
+                -v ht=$((TICKS[haproxy.$mode] - t_before[haproxy])) -v hn=$((REQS[haproxy.$mode] - n_before[haproxy])) \
+                'BEGIN { if (kn > 0 && hn > 0 && ht > 0) printf "%.3f", (kt / kn) / (ht / hn); else print "nan" }')")
         done
         say "$mode: kprism ${REQS[kprism.$mode]} requests in $((2 * ROUNDS)) slices, HAProxy ${REQS[haproxy.$mode]}; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+        say "$mode: CPU ratio of each ABBA round, sorted: $(printf '%s\n' "${round_ratios[@]}" | sort -n | tr '\n' ' ')"
         if [ -n "${PERF_DIR:-}" ]; then
             mkdir -p "$PERF_DIR"
             for p in kprism haproxy; do
