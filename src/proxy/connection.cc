@@ -658,8 +658,9 @@ void Connection::close(const char* reason, bool reset_client, bool reset_upstrea
     }
 }
 
-// The last of the Connection: libuv runs close callbacks after the poll phase, so no event taken
-// from the SplicePoll can still name it.
+// The last of the Connection: close callbacks run in libuv's turn (uv_run), which SplicePoll::run
+// starts only after the whole batch of events it took has been handled, so no event taken from
+// the set can still name it.
 void Connection::on_closed(uv_handle_t* h) {
     auto* c = static_cast<Connection*>(h->data);
     c->srv_.connection_closed(c);

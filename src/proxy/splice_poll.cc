@@ -16,13 +16,6 @@ constexpr uint32_t kEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLE
 // The tag of libuv's own descriptor in the set. A connection's tags are pointers with low bits
 // set (Connection::tag), never all ones.
 constexpr uint64_t kLoopTag = ~uint64_t{0};
-
-static_assert(UV_VERSION_MAJOR == 1, "libuv_has_new_watchers reads a libuv 1 loop field");
-// A watcher started since libuv last polled (a stream that began reading, a connect under way)
-// enters libuv's epoll set only when its loop next runs, and uv_backend_timeout does not count it.
-bool libuv_has_new_watchers(const uv_loop_t* loop) {
-    return loop->watcher_queue[0] != static_cast<const void*>(&loop->watcher_queue);
-}
 }  // namespace
 
 SplicePoll::~SplicePoll() {
@@ -63,8 +56,9 @@ void SplicePoll::remove(int fd) {
 void SplicePoll::close() { open_ = false; }
 
 // Each turn: libuv's non-blocking iteration if it is due, then one wait on the set for as long as
-// libuv's next timer allows. libuv's loop time is brought up to date first, or a timer would be
-// waited for from a stale clock.
+// libuv allows. uv_backend_timeout is 0 while libuv has work before it may block (callbacks
+// pending, handles closing, a watcher not yet in its own set): then the set is only looked at, so
+// spliced bytes are not kept waiting by libuv's work, nor libuv's by theirs.
 void SplicePoll::run(uv_loop_t* loop) {
     if (!open_) {
         uv_run(loop, UV_RUN_DEFAULT);
@@ -76,15 +70,12 @@ void SplicePoll::run(uv_loop_t* loop) {
         if (libuv_due) uv_run(loop, UV_RUN_NOWAIT);
         bool alive = uv_loop_alive(loop);
         if (!alive && !open_) return;
-        int timeout = -1;  // libuv has nothing alive: only the set's sockets can wake the daemon
-        if (alive) {
-            uv_update_time(loop);
-            timeout = uv_backend_timeout(loop);  // 0: callbacks pending, handles closing
-        }
-        libuv_due = timeout == 0 || libuv_has_new_watchers(loop);
-        if (libuv_due) continue;
+        int timeout = alive ? uv_backend_timeout(loop) : -1;  // -1: only the set's sockets can wake us
         int n = epoll_wait(epfd_, events, kMaxEvents, timeout);
-        libuv_due = n <= 0;  // a timer is due, or a signal came (libuv reads its signal pipe)
+        // The handlers' timers and ages count from now, not from before the wait (libuv updates
+        // its clock after its own wait the same way).
+        if (n > 0) uv_update_time(loop);
+        libuv_due = n <= 0 || timeout == 0;  // n <= 0: a timer is due, or a signal came
         for (int i = 0; i < n; ++i) {
             if (events[i].data.u64 == kLoopTag) libuv_due = true;
             else handler_(events[i].data.u64, events[i].events);

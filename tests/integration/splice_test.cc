@@ -86,7 +86,9 @@ TEST(Splice, BytesIntactBothWaysAllSizes) {
         SCOPED_TRACE(size);
         roundtrip(k.port, size, seed++);
     }
-    EXPECT_EQ(k.stat("connections_active"), 0);
+    // The count drops in the connection's close callback, in libuv's turn after the one that saw
+    // the last FIN: a stats signal may come in between.
+    EXPECT_TRUE(eventually([&] { return k.stat("connections_active") == 0; }, 3000ms));
 }
 
 TEST(Splice, ManyConcurrentStreams) {
@@ -453,7 +455,9 @@ TEST(Splice, EverythingElseIsServedWhileBytesNeverStop) {
         std::string health = http_get(k.admin_port, "/healthz");
         EXPECT_NE(health.find(" 200 "), std::string::npos) << health;
         EXPECT_TRUE(echo_ok(k.port)) << "a new connection is accepted and spliced";
-        if (rounds % 4 == 0) EXPECT_GE(k.stat("connections_active"), kStreams) << "SIGUSR1 is handled";
+        if (rounds % 4 == 0) {
+            EXPECT_GE(k.stat("connections_active"), kStreams) << "SIGUSR1 is handled";
+        }
         slowest = std::max(slowest, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0));
     }
     size_t before[kStreams];

@@ -31,7 +31,7 @@ std::string serialize(const AdminResponse& r, bool head_only);
 // Owned by the Server: start() after the data listeners, close() in its finish(). The listening
 // handle is a member, closed without a callback and freed with the Admin after the loop has
 // stopped; each AdminConnection frees itself in its last close callback and unlinks itself here,
-// so the Admin must outlive the loop run (it does: the Server is destroyed after uv_run returns).
+// so the Admin must outlive the loop run (it does: the Server is destroyed after the loop returns).
 class Admin final : public AdminEndpoint {
 public:
     // Beyond, a new connection takes the place of an older one (AdminConnection::make_room): the

@@ -34,7 +34,7 @@ struct ConnectionPools {
     BufferPool buffers;
 };
 
-// Lifetime: constructed before uv_run, destroyed after it returns. Listeners, signal handles and
+// Lifetime: constructed before the loop runs (SplicePoll::run), destroyed after it returns. Listeners, signal handles and
 // timers are members closed by finish(); Connections free themselves (see connection.h).
 // Its methods live in daemon/server.cc (lifecycle, connections, limits, shutdown), daemon/reload.cc
 // (SIGHUP) and daemon/systemd.cc (socket activation, READY/STATUS, watchdog); the upstreams and

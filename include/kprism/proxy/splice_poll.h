@@ -21,12 +21,13 @@ namespace kprism {
 //
 // One wait: run() drives libuv's loop with this set as the only place the daemon blocks. libuv's
 // own epoll descriptor is a member of the set (level-triggered), and libuv runs a non-blocking
-// iteration only when that descriptor is ready, a timer is due or libuv has work queued. A
-// wake-up that brings only spliced bytes, the common one under load, costs one epoll_wait, not
-// two (libuv's, then this set's, as when the set was a uv_poll_t in libuv's loop).
+// iteration only when that descriptor is ready, a timer is due or libuv has work queued
+// (callbacks pending, handles closing, watchers not yet in its set). A wake-up that brings only
+// spliced bytes, the common one under load, costs one epoll_wait, not two (libuv's, then this
+// set's, as when the set was a uv_poll_t in libuv's loop).
 //
 // Owned by the Server: started first in Server::start, closed by Server::finish once no
-// connection is left. The set itself stays open until the SplicePoll is destroyed, after the loop
+// connection is left, or by Server::start when it fails. The set itself stays open until the SplicePoll is destroyed, after the loop
 // has returned, so remove() always works.
 class SplicePoll {
 public:
