@@ -316,7 +316,8 @@ void Server::close_all(const char* reason) {
     conns_.for_each([reason](Connection* c) { c->close(reason); });
 }
 
-// Closes the daemon's own handles so the loop (SplicePoll::run) returns once the last connection is gone.
+// Closes the daemon's own handles so the loop (SplicePoll::run) returns once the last connection
+// is gone.
 void Server::finish() {
     if (finished_) return;
     finished_ = true;

@@ -34,8 +34,9 @@ struct ConnectionPools {
     BufferPool buffers;
 };
 
-// Lifetime: constructed before the loop runs (SplicePoll::run), destroyed after it returns. Listeners, signal handles and
-// timers are members closed by finish(); Connections free themselves (see connection.h).
+// Lifetime: constructed before the loop runs (SplicePoll::run), destroyed after it returns.
+// Listeners, signal handles and timers are members closed by finish(); Connections free
+// themselves (see connection.h).
 // Its methods live in daemon/server.cc (lifecycle, connections, limits, shutdown), daemon/reload.cc
 // (SIGHUP) and daemon/systemd.cc (socket activation, READY/STATUS, watchdog); the upstreams and
 // their health are the ControlPlane's (control_plane.h); passing the connections to the next

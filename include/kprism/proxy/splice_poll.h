@@ -27,8 +27,8 @@ namespace kprism {
 // set's, as when the set was a uv_poll_t in libuv's loop).
 //
 // Owned by the Server: started first in Server::start, closed by Server::finish once no
-// connection is left, or by Server::start when it fails. The set itself stays open until the SplicePoll is destroyed, after the loop
-// has returned, so remove() always works.
+// connection is left, or by Server::start when it fails. The set itself stays open until the
+// SplicePoll is destroyed, after the loop has returned, so remove() always works.
 class SplicePoll {
 public:
     // Called for each event with the tag the socket was added with.
