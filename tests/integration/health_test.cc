@@ -45,27 +45,24 @@ std::string served_by(const std::string& body) {
     return body.substr(p + 10, body.find(' ', p + 10) - p - 10);
 }
 
+// The newest "upstream stats" line kprism logged for `addr` (after asking for one), or "".
+std::string upstream_stats_line(Kprism& k, const std::string& addr) {
+    k.stat("connections_active");
+    std::string o = k.output();
+    size_t at = o.rfind("msg=\"upstream stats\" upstream=" + addr + " ");
+    return at == std::string::npos ? "" : o.substr(at, o.find('\n', at) - at);
+}
+
 bool upstream_state(Kprism& k, const std::string& addr, const std::string& field, const std::string& value) {
-    return eventually([&] {
-               k.stat("connections_active");
-               std::string o = k.output();
-               size_t at = o.rfind("msg=\"upstream stats\" upstream=" + addr + " ");
-               if (at == std::string::npos) return false;
-               std::string line = o.substr(at, o.find('\n', at) - at);
-               return line.find(" " + field + "=" + value) != std::string::npos;
-           },
+    return eventually([&] { return upstream_stats_line(k, addr).find(" " + field + "=" + value) != std::string::npos; },
                       10000ms);
 }
 
 // The probe RTT of `addr` in kprism's newest stats line (ms), or -1.
 double upstream_rtt(Kprism& k, const std::string& addr) {
-    k.stat("connections_active");
-    std::string o = k.output();
-    size_t at = o.rfind("msg=\"upstream stats\" upstream=" + addr + " ");
-    if (at == std::string::npos) return -1;
-    size_t r = o.find(" rtt_ms=", at);
-    if (r == std::string::npos || r > o.find('\n', at)) return -1;
-    return std::strtod(o.c_str() + r + 8, nullptr);
+    std::string line = upstream_stats_line(k, addr);
+    size_t r = line.find(" rtt_ms=");
+    return r == std::string::npos ? -1 : std::strtod(line.c_str() + r + 8, nullptr);
 }
 
 }  // namespace
