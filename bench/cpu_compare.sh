@@ -19,7 +19,11 @@
 # Environment (defaults): KPRISM_BIN (build/kprism), SLICE (3), ROUNDS (10), CONNS (32),
 #   SYSCALL_SECONDS (2), KPRISM_PORT (7445), HAPROXY_PORT (7447), ADMIN_PORT (17446),
 #   BACKEND_PORTS ("17451 17452 17453"), NICE (-10 as root, else 0), PERF_DIR (unset: when set,
-#   `perf record -e cpu-clock -g` of each proxy during one extra slice per workload goes there).
+#   `perf record -e cpu-clock -g` of each proxy during one extra slice per workload goes there),
+#   PLACEMENT (unset: the scheduler places every process; "W N P": wrk on CPU W, nginx on CPU N,
+#   both proxies on CPU P, with taskset; e.g. "0 0 1" gives the proxy a CPU of its own).
+# The ratio's spread: each ABBA round's own ratio is printed, and a 90% interval of the whole
+# run's ratio, from 2000 resamples of its rounds (bootstrap, fixed seed).
 # Needs: haproxy, nginx, wrk, curl, strace (`make bench-deps`).
 set -euo pipefail
 
@@ -40,9 +44,21 @@ KPRISM_PORT=${KPRISM_PORT:-7445}; HAPROXY_PORT=${HAPROXY_PORT:-7447}; ADMIN_PORT
 read -r -a BACKEND_PORTS <<<"${BACKEND_PORTS:-17451 17452 17453}"
 if [ "$(id -u)" = 0 ]; then NICE=${NICE:--10}; else NICE=${NICE:-0}; fi
 MAX_CONNS=9000
+PIN_WRK=(); PIN_NGINX=(); PIN_PROXY=()
+if [ -n "${PLACEMENT:-}" ]; then
+    read -r cpu_w cpu_n cpu_p cpu_extra <<<"$PLACEMENT"
+    for c in "${cpu_w:-}" "${cpu_n:-}" "${cpu_p:-}"; do
+        [[ "$c" =~ ^[0-9]+$ ]] && [ -z "${cpu_extra:-}" ] ||
+            { echo "cpu_compare.sh: PLACEMENT must be three CPU numbers: wrk nginx proxies" >&2; exit 2; }
+    done
+    PIN_WRK=(taskset -c "$cpu_w"); PIN_NGINX=(taskset -c "$cpu_n"); PIN_PROXY=(taskset -c "$cpu_p")
+    placement="wrk on CPU $cpu_w, nginx on CPU $cpu_n, both proxies on CPU $cpu_p"
+else
+    placement="left to the scheduler"
+fi
 
 die() { echo "cpu_compare.sh: $*" >&2; exit 1; }
-for tool in haproxy nginx wrk curl ss strace; do
+for tool in haproxy nginx wrk curl ss strace ${PLACEMENT:+taskset}; do
     command -v "$tool" >/dev/null || die "$tool not found (make bench-deps)"
 done
 [ -x "$KPRISM_BIN" ] || die "kprism binary $KPRISM_BIN not found (make, or set KPRISM_BIN)"
@@ -95,6 +111,7 @@ say "date: $(date -u '+%Y-%m-%d %H:%M UTC'), load average at start: $(cut -d' ' 
 say "machine: nproc=$(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), kernel $(uname -r)"
 say "kprism: $("$tmp/kprism" --version) (sha256 $(sha256sum "$tmp/kprism" | cut -c1-12)); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
 say "slices: ${SLICE}s, ABBA x $ROUNDS per workload; wrk -t1 -c$CONNS; strace: ${SYSCALL_SECONDS}s per proxy and workload"
+say "placement: $placement"
 
 # --- backends and proxies ----------------------------------------------------------------------
 {
@@ -111,18 +128,18 @@ say "slices: ${SLICE}s, ABBA x $ROUNDS per workload; wrk -t1 -c$CONNS; strace: $
     echo "  }"
     echo "}"
 } >"$tmp/backend.conf"
-nginx -e "$tmp/backend.err" -p "$tmp" -c "$tmp/backend.conf" &
+"${PIN_NGINX[@]}" nginx -e "$tmp/backend.err" -p "$tmp" -c "$tmp/backend.conf" &
 PIDS+=($!)
 for p in "${BACKEND_PORTS[@]}"; do wait_listen "$p" 10 || die "backend nginx not listening on $p"; done
 PIDS+=($(pgrep -P "${PIDS[0]}" | tr '\n' ' '))
 
 haproxy_tcp_cfg "$HAPROXY_PORT" "$MAX_CONNS" "$tmp/haproxy.pid" "${BACKEND_PORTS[@]}" >"$tmp/haproxy.cfg"
-haproxy -db -f "$tmp/haproxy.cfg" 2>"$tmp/haproxy.log" &
+"${PIN_PROXY[@]}" haproxy -db -f "$tmp/haproxy.cfg" 2>"$tmp/haproxy.log" &
 haproxy_pid=$!
 PIDS+=($haproxy_pid)
 endpoints=$(printf '127.0.0.1:%s,' "${BACKEND_PORTS[@]}"); endpoints=${endpoints%,}
 # No client certificate: checks paused, connections to every endpoint (as in bench/compare.sh).
-"$tmp/kprism" --endpoints "$endpoints" --bind-port "$KPRISM_PORT" --health-port "$ADMIN_PORT" \
+"${PIN_PROXY[@]}" "$tmp/kprism" --endpoints "$endpoints" --bind-port "$KPRISM_PORT" --health-port "$ADMIN_PORT" \
     --client-cert "$tmp/no-client.pem" --client-key "$tmp/no-client.pem" --ca-file "$tmp/no-ca.crt" \
     --connect-timeout 2s --max-connections $MAX_CONNS 2>"$tmp/kprism.log" &
 kprism_pid=$!
@@ -136,7 +153,7 @@ declare -A TICKS REQS ERRS t_before n_before
 wrk_run() { # proxy mode seconds -> sets WRK_REQS, WRK_ERRS
     local extra=() out
     [ "$2" = close ] && extra=(-H 'Connection: close')
-    out=$(wrk -t1 -c"$CONNS" -d"$3s" "${extra[@]}" "http://127.0.0.1:${PORT[$1]}/")
+    out=$("${PIN_WRK[@]}" wrk -t1 -c"$CONNS" -d"$3s" "${extra[@]}" "http://127.0.0.1:${PORT[$1]}/")
     WRK_REQS=$(awk '/requests in/ {print $1}' <<<"$out")
     WRK_ERRS=$(awk '/Socket errors:/ {gsub(",", ""); e += $4 + $6 + $8 + $10} /Non-2xx/ {e += $5} END {print e + 0}' <<<"$out")
     [ -n "$WRK_REQS" ] || { echo "$out" >&2; die "cannot parse wrk output ($1 $2)"; }
@@ -152,7 +169,20 @@ slice() { # proxy mode
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
-declare -A SYS SYSTOP
+declare -A SYS SYSTOP INTERVAL
+# stdin: one line per ABBA round, "kprism_ticks kprism_requests haproxy_ticks haproxy_requests".
+# Prints the 5th and 95th percentile of the pooled ratio over rounds drawn with replacement.
+bootstrap_interval() {
+    awk 'BEGIN { srand(1) }
+        { kt[NR] = $1; kn[NR] = $2; ht[NR] = $3; hn[NR] = $4 }
+        END {
+            for (b = 0; b < 2000; b++) {
+                a = c = d = e = 0
+                for (i = 0; i < NR; i++) { j = int(rand() * NR) + 1; a += kt[j]; c += kn[j]; d += ht[j]; e += hn[j] }
+                if (c > 0 && d > 0 && e > 0) printf "%.4f\n", (a / c) / (d / e)
+            }
+        }' | sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%.2f to %.2f", v[int(NR * 0.05) + 1], v[int(NR * 0.95)]; else print "-" }'
+}
 syscalls() { # proxy mode: strace -c while wrk runs; per request
     local out=$tmp/strace.$1.$2 spid end
     strace -c -f -p "${PID[$1]}" -o "$out" 2>"$out.err" &
@@ -189,17 +219,18 @@ fi
 if [ $do_cpu = 1 ]; then
     for mode in ka close; do
         wrk_run kprism "$mode" 1; wrk_run haproxy "$mode" 1 # warm-up, not counted
-        round_ratios=()
+        round_ratios=(); rounds=()
         for r in $(seq "$ROUNDS"); do
             for p in kprism haproxy; do t_before[$p]=${TICKS[$p.$mode]:-0}; n_before[$p]=${REQS[$p.$mode]:-0}; done
             for p in kprism haproxy haproxy kprism; do slice "$p" "$mode"; done
             # This round's own ratio (its two slices each), to show how far one round strays.
-            round_ratios+=("$(awk -v kt=$((TICKS[kprism.$mode] - t_before[kprism])) -v kn=$((REQS[kprism.$mode] - n_before[kprism])) \
-                -v ht=$((TICKS[haproxy.$mode] - t_before[haproxy])) -v hn=$((REQS[haproxy.$mode] - n_before[haproxy])) \
-                'BEGIN { if (kn > 0 && hn > 0 && ht > 0) printf "%.3f", (kt / kn) / (ht / hn); else print "nan" }')")
+            rounds+=("$((TICKS[kprism.$mode] - t_before[kprism])) $((REQS[kprism.$mode] - n_before[kprism])) $((TICKS[haproxy.$mode] - t_before[haproxy])) $((REQS[haproxy.$mode] - n_before[haproxy]))")
+            round_ratios+=("$(awk '{ if ($2 > 0 && $3 > 0 && $4 > 0) printf "%.3f", ($1 / $2) / ($3 / $4); else print "nan" }' <<<"${rounds[-1]}")")
         done
+        INTERVAL[$mode]=$(printf '%s\n' "${rounds[@]}" | bootstrap_interval)
         say "$mode: kprism ${REQS[kprism.$mode]} requests in $((2 * ROUNDS)) slices, HAProxy ${REQS[haproxy.$mode]}; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
         say "$mode: CPU ratio of each ABBA round, sorted: $(printf '%s\n' "${round_ratios[@]}" | sort -n | tr '\n' ' ')"
+        say "$mode: 90% interval of the run's CPU ratio (2000 resamples of its rounds): ${INTERVAL[$mode]}"
         if [ -n "${PERF_DIR:-}" ]; then
             mkdir -p "$PERF_DIR"
             for p in kprism haproxy; do
@@ -222,7 +253,7 @@ for mode in ka close; do
     if [ $do_cpu = 1 ]; then
         k=$(awk -v t="${TICKS[kprism.$mode]}" -v n="${REQS[kprism.$mode]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
         h=$(awk -v t="${TICKS[haproxy.$mode]}" -v n="${REQS[haproxy.$mode]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-        echo "| CPU µs per $what | $k | $h | $(ratio "$k" "$h") |"
+        echo "| CPU µs per $what | $k | $h | $(ratio "$k" "$h") (90% interval ${INTERVAL[$mode]}) |"
     fi
     if [ $do_sys = 1 ]; then
         echo "| system calls per $what | ${SYS[kprism.$mode]} | ${SYS[haproxy.$mode]} | $(ratio "${SYS[kprism.$mode]}" "${SYS[haproxy.$mode]}") |"
