@@ -50,6 +50,8 @@ if [ -n "${PLACEMENT:-}" ]; then
     for c in "${cpu_w:-}" "${cpu_n:-}" "${cpu_p:-}"; do
         [[ "$c" =~ ^[0-9]+$ ]] && [ -z "${cpu_extra:-}" ] ||
             { echo "cpu_compare.sh: PLACEMENT must be three CPU numbers: wrk nginx proxies" >&2; exit 2; }
+        taskset -c "$c" true 2>/dev/null ||
+            { echo "cpu_compare.sh: PLACEMENT: CPU $c is not one this process may run on ($(taskset -cp $$ | sed 's/.*: //'))" >&2; exit 2; }
     done
     PIN_WRK=(taskset -c "$cpu_w"); PIN_NGINX=(taskset -c "$cpu_n"); PIN_PROXY=(taskset -c "$cpu_p")
     placement="wrk on CPU $cpu_w, nginx on CPU $cpu_n, both proxies on CPU $cpu_p"

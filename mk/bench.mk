@@ -99,8 +99,10 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 
 # kprism's and HAProxy's own CPU and system calls per keep-alive request and per new connection,
 # both up at once in front of the same three nginx backends: wrk in ABBA slices (CPU) and strace -c
-# (system calls), one table with the ratios (about 1 minute; bench/cpu_compare.sh, bench/RESULTS.md).
+# (system calls), one table with the ratios and a 90% interval of each CPU ratio over the rounds
+# (about 4 minutes; bench/cpu_compare.sh, bench/RESULTS.md).
 # CPU_ARGS=--syscalls-only counts system calls only (they do not depend on the machine's load).
+# PLACEMENT="W N P" pins wrk, nginx and both proxies to those CPUs; unset, the scheduler places them.
 ## CPU_ARGS=: passed to bench/cpu_compare.sh by `make bench-cpu` (--syscalls-only, --cpu-only)
 .PHONY: bench-cpu
 bench-cpu: $(BUILD)/kprism ## kprism vs HAProxy up at once: CPU (ABBA slices) and syscalls per request and per connection (about 4 min; bench-deps)
