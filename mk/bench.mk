@@ -104,6 +104,7 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 # CPU_ARGS=--syscalls-only counts system calls only (they do not depend on the machine's load).
 # PLACEMENT="W N P" pins wrk, nginx and both proxies to those CPUs; unset, the scheduler places them.
 ## CPU_ARGS=: passed to bench/cpu_compare.sh by `make bench-cpu` (--syscalls-only, --cpu-only)
+## PLACEMENT=: `make bench-cpu` pins wrk, nginx and both proxies to these CPUs ("0 0 1"); unset: the scheduler places them
 .PHONY: bench-cpu
 bench-cpu: $(BUILD)/kprism ## kprism vs HAProxy up at once: CPU (ABBA slices) and syscalls per request and per connection (about 4 min; bench-deps)
 	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) bench/cpu_compare.sh $(CPU_ARGS)
