@@ -22,8 +22,9 @@
 #   `perf record -e cpu-clock -g` of each proxy during one extra slice per workload goes there),
 #   PLACEMENT (unset: the scheduler places every process; "W N P": wrk on CPU W, nginx on CPU N,
 #   both proxies on CPU P, with taskset; e.g. "0 0 1" gives the proxy a CPU of its own).
-# The ratio's spread: each ABBA round's own ratio is printed, and a 90% interval of the whole
-# run's ratio, from 2000 resamples of its rounds (bootstrap, fixed seed).
+# The ratio's spread within the run: each ABBA round's own ratio is printed, and a 90% interval
+# of the run's ratio over its rounds (2000 resamples of the rounds, fixed seed; "-" under 5
+# rounds). It tells how far this run's rounds scatter, not how far another run may land.
 # Needs: haproxy, nginx, wrk, curl, strace (`make bench-deps`).
 set -euo pipefail
 
@@ -44,6 +45,11 @@ KPRISM_PORT=${KPRISM_PORT:-7445}; HAPROXY_PORT=${HAPROXY_PORT:-7447}; ADMIN_PORT
 read -r -a BACKEND_PORTS <<<"${BACKEND_PORTS:-17451 17452 17453}"
 if [ "$(id -u)" = 0 ]; then NICE=${NICE:--10}; else NICE=${NICE:-0}; fi
 MAX_CONNS=9000
+
+die() { echo "cpu_compare.sh: $*" >&2; exit 1; }
+for tool in haproxy nginx wrk curl ss strace ${PLACEMENT:+taskset}; do
+    command -v "$tool" >/dev/null || die "$tool not found (make bench-deps)"
+done
 PIN_WRK=(); PIN_NGINX=(); PIN_PROXY=()
 if [ -n "${PLACEMENT:-}" ]; then
     read -r cpu_w cpu_n cpu_p cpu_extra <<<"$PLACEMENT"
@@ -59,10 +65,6 @@ else
     placement="left to the scheduler"
 fi
 
-die() { echo "cpu_compare.sh: $*" >&2; exit 1; }
-for tool in haproxy nginx wrk curl ss strace ${PLACEMENT:+taskset}; do
-    command -v "$tool" >/dev/null || die "$tool not found (make bench-deps)"
-done
 [ -x "$KPRISM_BIN" ] || die "kprism binary $KPRISM_BIN not found (make, or set KPRISM_BIN)"
 [ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 100 ] || die "ROUNDS must be 1..100"
 ulimit -n "$(ulimit -Hn)"
@@ -133,7 +135,13 @@ say "placement: $placement"
 "${PIN_NGINX[@]}" nginx -e "$tmp/backend.err" -p "$tmp" -c "$tmp/backend.conf" &
 PIDS+=($!)
 for p in "${BACKEND_PORTS[@]}"; do wait_listen "$p" 10 || die "backend nginx not listening on $p"; done
-PIDS+=($(pgrep -P "${PIDS[0]}" | tr '\n' ' '))
+# The master listens before it forks its worker: wait for the worker too, so that it is stopped.
+end=$((SECONDS + 10))
+until workers=$(pgrep -P "${PIDS[0]}"); do
+    [ $SECONDS -lt $end ] || die "backend nginx started no worker"
+    sleep 0.05
+done
+PIDS+=($workers)
 
 haproxy_tcp_cfg "$HAPROXY_PORT" "$MAX_CONNS" "$tmp/haproxy.pid" "${BACKEND_PORTS[@]}" >"$tmp/haproxy.cfg"
 "${PIN_PROXY[@]}" haproxy -db -f "$tmp/haproxy.cfg" 2>"$tmp/haproxy.log" &
@@ -173,7 +181,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 declare -A SYS SYSTOP INTERVAL
 # stdin: one line per ABBA round, "kprism_ticks kprism_requests haproxy_ticks haproxy_requests".
-# Prints the 5th and 95th percentile of the pooled ratio over rounds drawn with replacement.
+# Prints the 5th and 95th percentile of the pooled ratio over rounds drawn with replacement, or
+# "-" for fewer than 5 rounds (too few distinct resamples to mean anything).
 bootstrap_interval() {
     awk 'BEGIN { srand(1) }
         { kt[NR] = $1; kn[NR] = $2; ht[NR] = $3; hn[NR] = $4 }
@@ -181,7 +190,7 @@ bootstrap_interval() {
             for (b = 0; b < 2000; b++) {
                 a = c = d = e = 0
                 for (i = 0; i < NR; i++) { j = int(rand() * NR) + 1; a += kt[j]; c += kn[j]; d += ht[j]; e += hn[j] }
-                if (c > 0 && d > 0 && e > 0) printf "%.4f\n", (a / c) / (d / e)
+                if (NR >= 5 && c > 0 && d > 0 && e > 0) printf "%.4f\n", (a / c) / (d / e)
             }
         }' | sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "%.2f to %.2f", v[int(NR * 0.05) + 1], v[int(NR * 0.95)]; else print "-" }'
 }
@@ -232,7 +241,7 @@ if [ $do_cpu = 1 ]; then
         INTERVAL[$mode]=$(printf '%s\n' "${rounds[@]}" | bootstrap_interval)
         say "$mode: kprism ${REQS[kprism.$mode]} requests in $((2 * ROUNDS)) slices, HAProxy ${REQS[haproxy.$mode]}; load average now $(cut -d' ' -f1-3 /proc/loadavg)"
         say "$mode: CPU ratio of each ABBA round, sorted: $(printf '%s\n' "${round_ratios[@]}" | sort -n | tr '\n' ' ')"
-        say "$mode: 90% interval of the run's CPU ratio (2000 resamples of its rounds): ${INTERVAL[$mode]}"
+        say "$mode: 90% interval of the CPU ratio over this run's rounds (2000 resamples): ${INTERVAL[$mode]}"
         if [ -n "${PERF_DIR:-}" ]; then
             mkdir -p "$PERF_DIR"
             for p in kprism haproxy; do
@@ -255,7 +264,7 @@ for mode in ka close; do
     if [ $do_cpu = 1 ]; then
         k=$(awk -v t="${TICKS[kprism.$mode]}" -v n="${REQS[kprism.$mode]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
         h=$(awk -v t="${TICKS[haproxy.$mode]}" -v n="${REQS[haproxy.$mode]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-        echo "| CPU µs per $what | $k | $h | $(ratio "$k" "$h") (90% interval ${INTERVAL[$mode]}) |"
+        echo "| CPU µs per $what | $k | $h | $(ratio "$k" "$h") (over its rounds, 90%: ${INTERVAL[$mode]}) |"
     fi
     if [ $do_sys = 1 ]; then
         echo "| system calls per $what | ${SYS[kprism.$mode]} | ${SYS[haproxy.$mode]} | $(ratio "${SYS[kprism.$mode]}" "${SYS[haproxy.$mode]}") |"
