@@ -113,8 +113,9 @@ void Connection::start_attempt() {
     }
     upstream_.fd = fd;
     ++upstream_.gen;
-    // The options wait for the Server's sweep (sockopt.h): a short connection costs no setsockopt.
-    // Not a user timeout under a second, which could act before the sweep (0, none, does not).
+    // The options wait for the Server's sweep (sockopt.h): a short connection costs one setsockopt,
+    // TCP_QUICKACK's below. Not a user timeout under a second, which could act before the sweep (0,
+    // none, does not).
     const auto user_timeout = srv_.config().s.tcp_user_timeout;
     if (options_swept_ || (user_timeout.count() > 0 && user_timeout < std::chrono::seconds(1))) {
         apply_tcp_options(fd, srv_.config().s);
@@ -123,6 +124,7 @@ void Connection::start_attempt() {
         options_deferred_ = true;
         options_gen_ = static_cast<uint8_t>(srv_.upstream_options_deferred());
     }
+    hold_handshake_ack(fd);  // the handshake's last ACK rides on the first bytes (sockopt.h)
     // EINTR too goes on in the background (connect(2)); calling it again would give EALREADY.
     if (::connect(fd, as_sockaddr(up_->sa), sockaddr_len(up_->sa)) != 0 && errno != EINPROGRESS && errno != EINTR) {
         const int err = -errno;
@@ -394,8 +396,12 @@ void Connection::drain(Side& from, uint32_t events) {
         do n = ::recv(from.fd, from.buf, BufferPool::kChunkSize, 0);
         while (n < 0 && errno == EINTR);
         if (n > 0) {
-            on_data(from, to, static_cast<size_t>(n));
-            if (static_cast<size_t>(n) == BufferPool::kChunkSize) continue;
+            const bool short_read = static_cast<size_t>(n) < BufferPool::kChunkSize;
+            // The FIN is next (EPOLLHUP too only says both directions have ended), unless an error
+            // or the urgent mark is to be read first.
+            const bool fin_next = short_read && (events & EPOLLRDHUP) && !(events & (EPOLLERR | EPOLLPRI));
+            on_data(from, to, static_cast<size_t>(n), fin_next);
+            if (!short_read) continue;
             if (closing_) return;
             if (events & kReadOn) continue;
             if (events & EPOLLRDHUP) {
@@ -425,7 +431,7 @@ void Connection::drain(Side& from, uint32_t events) {
     srv_.splice_poll().rearm(from.fd, tag(from));
 }
 
-void Connection::on_data(Side& from, Side& to, size_t n) {
+void Connection::on_data(Side& from, Side& to, size_t n, bool fin_follows) {
     from.off = 0;
     from.len = static_cast<uint32_t>(n);
     if (&from == &client_) {
@@ -435,7 +441,7 @@ void Connection::on_data(Side& from, Side& to, size_t n) {
         up_->bytes_from_upstream += n;
         if (awaiting_answer_) answered();
     }
-    flush(from, to);
+    flush(from, to, fin_follows);
 }
 
 // `from` sent its FIN: passed on to `to` after the bytes before it.
@@ -483,10 +489,16 @@ void Connection::on_read_error(Side& from, Side& to, int err) {
 // Writes what waits in `from` into `to` with send(2) (not write(2): no file layer). What the
 // socket does not take waits for its EPOLLOUT, and `from` is not read meanwhile. Once all is
 // written the chunk goes back and a FIN owed to `to` follows. False when the connection closed.
-bool Connection::flush(Side& from, Side& to) {
+// The last bytes before a FIN (`fin_follows`, or one owed) are sent with MSG_MORE: the kernel keeps
+// a short tail back until the shutdown(2) or close(2) that comes next in this same call, which
+// sends it and the FIN in one segment; a lone FIN would cost a segment and its acknowledgement.
+// Bytes the socket does not take now wait here as before, and what it took goes out with the
+// acknowledgements of the bytes in flight ahead of it (MSG_MORE holds back this call's tail only).
+bool Connection::flush(Side& from, Side& to, bool fin_follows) {
     before_write(to);
+    const int more = fin_follows || to.fin_owed ? MSG_MORE : 0;
     ssize_t r;
-    do r = ::send(to.fd, from.buf + from.off, from.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    do r = ::send(to.fd, from.buf + from.off, from.len, MSG_DONTWAIT | MSG_NOSIGNAL | more);
     while (r < 0 && errno == EINTR);
     if (r < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Socket options of the spliced sockets and the listeners (keepalive and its timings,
-// TCP_NODELAY, TCP_USER_TIMEOUT), and the TCP state from TCP_INFO.
+// TCP_NODELAY, TCP_USER_TIMEOUT, TCP_QUICKACK before a connect), and the TCP state from TCP_INFO.
 #include "kprism/proxy/sockopt.h"
 
 #include <netinet/in.h>
@@ -36,6 +36,11 @@ int apply_tcp_options(int fd, const Settings& s, bool listener, bool with_nodela
 bool set_tcp_nodelay(int fd, const Settings& s) {
     int one = 1;
     return s.tcp_nodelay && setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0;
+}
+
+bool hold_handshake_ack(int fd) {
+    int zero = 0;
+    return setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof zero) == 0;
 }
 
 bool tcp_closed(int fd) {

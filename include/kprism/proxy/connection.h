@@ -119,11 +119,13 @@ private:
     void on_events(Side& s, uint32_t events);
     // Reads `from` until it would block, after `events` (epoll's) said it has something to read.
     void drain(Side& from, uint32_t events);
-    void on_data(Side& from, Side& to, size_t n);
+    // `fin_follows`: `from`'s FIN is known to come right after these bytes (see flush()).
+    void on_data(Side& from, Side& to, size_t n, bool fin_follows);
     void on_eof(Side& from, Side& to);
     void on_read_error(Side& from, Side& to, int err);
     // Writes what waits in `from` into `to`; false when the connection closed meanwhile.
-    bool flush(Side& from, Side& to);
+    // `fin_follows` (or a FIN owed to `to`): the FIN goes out in the same segment as these bytes.
+    bool flush(Side& from, Side& to, bool fin_follows = false);
     void send_fin(Side& to);
     void before_write(Side& to);
     void release(Side& s);

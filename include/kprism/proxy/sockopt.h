@@ -20,6 +20,12 @@ int apply_tcp_options(int fd, const Settings& s, bool listener = false, bool wit
 // that Nagle's algorithm could hold back. Returns whether it is set.
 bool set_tcp_nodelay(int fd, const Settings& s);
 
+// TCP_QUICKACK off, on an upstream socket before its connect: the kernel holds the handshake's last
+// ACK for the first bytes sent to carry (or its delayed-ACK timer, at most 200 ms), so the upstream
+// gets one segment fewer and takes the connection with the bytes already there. The apiserver does
+// not speak first (TLS: the client's hello opens), so it waits for nothing. Returns whether it is set.
+bool hold_handshake_ack(int fd);
+
 // The socket has reached TCP_CLOSE (TCP_INFO's tcpi_state): on a socket whose peer's FIN was read
 // and that has sent no FIN itself (CLOSE_WAIT), only the peer's RST or a keepalive or user
 // timeout gets it there. Reading does not show it (recv() returns 0 after a FIN whatever follows).
