@@ -13,7 +13,9 @@
 # divided by the requests wrk completed through it in those slices.
 # System calls: counted, not timed (the count does not depend on the machine's load): `strace -c
 # -f -p PID` on one proxy at a time while wrk runs SYSCALL_SECONDS through it, divided by the
-# requests wrk completed; the top calls of each are listed.
+# requests wrk completed; the top calls of each are listed. TCP segments: the machine's OutSegs
+# (/proc/net/snmp) over another SYSCALL_SECONDS of wrk through one proxy, divided by the requests:
+# every segment of wrk, the proxy and nginx, so on a quiet machine what one proxy makes them send.
 #
 # Usage: bench/cpu_compare.sh [--syscalls-only | --cpu-only]
 # Environment (defaults): KPRISM_BIN (build/kprism), SLICE (3), ROUNDS (10), CONNS (32),
@@ -222,9 +224,21 @@ syscalls() { # proxy mode: strace -c while wrk runs; per request
         sort -k2,2nr | awk '$2 >= 0.01 { printf "%s%s %s", (NR > 1 ? ", " : ""), $1, $2 }')
 }
 
+out_segs() { awk '$1 == "Tcp:" { if (!h) { for (i = 2; i <= NF; i++) if ($i == "OutSegs") c = i; h = 1 } else print $c }' /proc/net/snmp; }
+segments() { # proxy mode: TCP segments sent on the machine while wrk runs through it, per request
+    local s0 s1
+    s0=$(out_segs)
+    wrk_run "$1" "$2" "$SYSCALL_SECONDS"
+    s1=$(out_segs)
+    [ "$WRK_REQS" -gt 0 ] || die "no requests through $1 while counting segments"
+    ERRS[$1.$2.segments]=$WRK_ERRS
+    SEGS[$1.$2]=$(awk -v d=$((s1 - s0)) -v n="$WRK_REQS" 'BEGIN { printf "%.2f", d / n }')
+}
+
+declare -A SEGS
 if [ $do_sys = 1 ]; then
     for mode in ka close; do
-        for p in kprism haproxy; do syscalls "$p" "$mode"; done
+        for p in kprism haproxy; do syscalls "$p" "$mode"; segments "$p" "$mode"; done
     done
 fi
 if [ $do_cpu = 1 ]; then
@@ -268,6 +282,7 @@ for mode in ka close; do
     fi
     if [ $do_sys = 1 ]; then
         echo "| system calls per $what | ${SYS[kprism.$mode]} | ${SYS[haproxy.$mode]} | $(ratio "${SYS[kprism.$mode]}" "${SYS[haproxy.$mode]}") |"
+        echo "| TCP segments per $what, all three parties | ${SEGS[kprism.$mode]} | ${SEGS[haproxy.$mode]} | $(ratio "${SEGS[kprism.$mode]}" "${SEGS[haproxy.$mode]}") |"
     fi
 done
 if [ $do_sys = 1 ]; then
