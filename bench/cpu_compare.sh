@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# kprism's and HAProxy's own CPU and system calls per request and per connection, both up at once (`make bench-cpu`).
+# kprism's and HAProxy's own CPU, system calls and TCP segments per request and per connection, both up at once (`make bench-cpu`).
 #
 # kprism and HAProxy (mode tcp, nbthread 1) run side by side in front of the same three local nginx
 # backends (one nginx http instance, worker_processes 1, `return 200 "ok\n"`, on three loopback

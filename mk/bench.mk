@@ -106,7 +106,7 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 ## CPU_ARGS=: passed to bench/cpu_compare.sh by `make bench-cpu` (--syscalls-only, --cpu-only)
 ## PLACEMENT=: `make bench-cpu` pins wrk, nginx and both proxies to these CPUs ("0 0 1"); unset: the scheduler places them
 .PHONY: bench-cpu
-bench-cpu: $(BUILD)/kprism ## kprism vs HAProxy up at once: CPU (ABBA slices) and syscalls per request and per connection (about 4 min; bench-deps)
+bench-cpu: $(BUILD)/kprism ## kprism vs HAProxy up at once: CPU (ABBA slices), syscalls and TCP segments per request and per connection (about 5 min; bench-deps)
 	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) bench/cpu_compare.sh $(CPU_ARGS)
 
 # The packages the benchmarks need (bench-compare, bench/bulk.sh), kept out of `make deps`. The
