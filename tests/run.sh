@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
 # Runs GoogleTest binaries in order, stops at none, and ends with one summary line
-# "N passed, N failed" for every test of every binary. Exit status: non-zero if any failed.
+# "N passed, N failed" for every test of every binary, after a "skipped:" line when some skipped
+# themselves (each says why in its output). Exit status: non-zero if any failed.
 # TEST_SHARDS=N (default 1) runs each binary as N GoogleTest shards at once, each shard's output
 # printed whole when it ends: the integration tests mostly wait on timers and child processes.
 # TEST_RERUN_FAILED=N (default 0; `make test-arm64` sets it, for emulation's timing) runs each test
 # that failed once more, alone, when a binary had at most N failures: one that passes then is counted
 # as passed and named on a "rerun:" line; one that fails again stays failed. A crash is never rerun.
 set -u
-passed=0; failed=0; rc=0
+passed=0; failed=0; skipped=0; rc=0
 shards=${TEST_SHARDS:-1}
 rerun_max=${TEST_RERUN_FAILED:-0}
 rerun_passed=()
 tally() {  # tally LOG STATUS: add one run's counts to the totals; failed test names to bin_failed
-    local p f
+    local p f s
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)
+    skipped=$((skipped + ${s:-0}))
     f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -1)
     passed=$((passed + ${p:-0})); failed=$((failed + ${f:-0}))
     if [ "$2" != 0 ]; then
@@ -71,5 +74,6 @@ for bin in "$@"; do
     rerun "$bin"
 done
 [ ${#rerun_passed[@]} -gt 0 ] && echo "rerun: ${#rerun_passed[@]} failed once and passed alone: ${rerun_passed[*]}"
+[ "$skipped" -gt 0 ] && echo "skipped: $skipped (not counted as passed; each says why above)"
 echo "test: $passed passed, $failed failed"
 exit $rc

@@ -113,9 +113,9 @@ void Connection::start_attempt() {
     }
     upstream_.fd = fd;
     ++upstream_.gen;
-    // The options wait for the Server's sweep (sockopt.h): a short connection costs one setsockopt,
-    // TCP_QUICKACK's below. Not a user timeout under a second, which could act before the sweep (0,
-    // none, does not).
+    // The options wait for the Server's sweep (sockopt.h): a short connection costs one setsockopt
+    // per attempt, TCP_QUICKACK's below. Not a user timeout under a second, which could act before
+    // the sweep (0, none, does not).
     const auto user_timeout = srv_.config().s.tcp_user_timeout;
     if (options_swept_ || (user_timeout.count() > 0 && user_timeout < std::chrono::seconds(1))) {
         apply_tcp_options(fd, srv_.config().s);
@@ -374,11 +374,13 @@ void Connection::on_events(Side& s, uint32_t events) {
 // when something new arrives), passing each chunk on. A side that cannot be read now (the client
 // while connecting, one whose bytes still wait for the peer, any once paused) keeps the events in
 // `unread` for the next drain. A short read took everything queued: the drain ends there unless
-// the events told of an end or of urgent data. After EPOLLRDHUP alone the FIN follows those bytes,
-// and costs no read of its own; after EPOLLERR or EPOLLHUP (maybe a reset) the next read tells
-// which; after EPOLLPRI the read stopped at the urgent mark and the next goes on (the urgent byte
-// itself is dropped, as without SO_OOBINLINE it always was: it is not passed on). After
-// kReadsPerEvent full chunks the socket is re-armed, to be reported again after the others.
+// the events told of an end or of urgent data. After EPOLLRDHUP without EPOLLERR or EPOLLPRI the
+// FIN follows those bytes and costs no read of its own (EPOLLHUP beside it only says that both
+// directions have ended: a reset always comes with EPOLLERR); after EPOLLERR (maybe a reset) or
+// EPOLLHUP alone the next read tells which; after EPOLLPRI the read stopped at the urgent mark and
+// the next goes on (the urgent byte itself is dropped, as without SO_OOBINLINE it always was: it
+// is not passed on). After kReadsPerEvent full chunks the socket is re-armed, to be reported
+// again after the others.
 void Connection::drain(Side& from, uint32_t events) {
     Side& to = other(from);
     events |= std::exchange(from.unread, 0u);
@@ -397,17 +399,15 @@ void Connection::drain(Side& from, uint32_t events) {
         while (n < 0 && errno == EINTR);
         if (n > 0) {
             const bool short_read = static_cast<size_t>(n) < BufferPool::kChunkSize;
-            // The FIN is next (EPOLLHUP too only says both directions have ended), unless an error
-            // or the urgent mark is to be read first.
             const bool fin_next = short_read && (events & EPOLLRDHUP) && !(events & (EPOLLERR | EPOLLPRI));
             on_data(from, to, static_cast<size_t>(n), fin_next);
             if (!short_read) continue;
             if (closing_) return;
-            if (events & kReadOn) continue;
-            if (events & EPOLLRDHUP) {
+            if (fin_next) {
                 on_eof(from, to);
                 return;
             }
+            if (events & kReadOn) continue;
             if (!from.len) release(from);
             return;
         }
@@ -492,8 +492,9 @@ void Connection::on_read_error(Side& from, Side& to, int err) {
 // The last bytes before a FIN (`fin_follows`, or one owed) are sent with MSG_MORE: the kernel keeps
 // a short tail back until the shutdown(2) or close(2) that comes next in this same call, which
 // sends it and the FIN in one segment; a lone FIN would cost a segment and its acknowledgement.
-// Bytes the socket does not take now wait here as before, and what it took goes out with the
-// acknowledgements of the bytes in flight ahead of it (MSG_MORE holds back this call's tail only).
+// When the socket does not take everything, the kernel sends what it took without waiting (a
+// window-limited rest goes with the acknowledgements of the bytes ahead of it), and the rest
+// waits here as before, for EPOLLOUT; its flush then carries the FIN owed.
 bool Connection::flush(Side& from, Side& to, bool fin_follows) {
     before_write(to);
     const int more = fin_follows || to.fin_owed ? MSG_MORE : 0;

@@ -53,7 +53,8 @@ std::string describe(const std::vector<Segment>& segs) {
 class Capture {
 public:
     Capture(int port_a, int port_b) {
-        fd_ = ::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_IP));
+        // Protocol 0: nothing is queued until the bind, which comes after the filter.
+        fd_ = ::socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
         if (fd_ < 0) {
             err_ = errno;
             error_ = "AF_PACKET socket: " + std::string(std::strerror(errno));
@@ -186,16 +187,17 @@ TEST(Segments, HandshakeAckAndFinRideOnTheBytes) {
             ::close(fd);
             std::vector<Segment> all = cap.take();
             last = describe(all);
-            // kprism's upstream socket: the one sending to the upstream's port.
+            // kprism's upstream socket: the one that sent "ping" to the upstream's port.
             int kprism_port = 0;
             for (const Segment& s : all)
-                if (s.to_port == up.port() && (s.flags & TH_SYN)) kprism_port = s.from_port;
+                if (s.to_port == up.port() && s.payload == 4 && !kprism_port) kprism_port = s.from_port;
             ASSERT_NE(kprism_port, 0) << last;
             std::vector<Segment> to_up = sent_by(all, kprism_port);
             std::vector<Segment> to_client;
             for (const Segment& s : sent_by(all, k.port))
                 if (s.to_port == client_port) to_client.push_back(s);
             ASSERT_GE(to_up.size(), 2u) << last;
+            // Its SYN, then at once the bytes with the ACK (and the FIN, if the client sent one).
             const bool ack_rides = (to_up[0].flags & TH_SYN) && to_up[1].payload == 4 && (to_up[1].flags & TH_ACK) &&
                                    (!client_fin || (to_up[1].flags & TH_FIN));
             bool fin_rides = false;

@@ -86,7 +86,8 @@ public:
     // TCP_NODELAY, unless a second write needs it first): the options sweep (every
     // kUpstreamOptionsMs, only while one waits) applies them to the connections that have waited
     // a whole period (between one and two periods after their connect), so a connection that ends
-    // sooner costs no setsockopt (Connection::apply_deferred_options). Returns the waiting
+    // sooner costs none of these setsockopt calls (Connection::apply_deferred_options; only
+    // TCP_QUICKACK, before each connect, sockopt.h). Returns the waiting
     // connection's generation (0 or 1), which it passes back to upstream_options_done().
     unsigned upstream_options_deferred();
     void upstream_options_done(unsigned gen) { --options_pending_[gen]; }

@@ -124,7 +124,8 @@ private:
     void on_eof(Side& from, Side& to);
     void on_read_error(Side& from, Side& to, int err);
     // Writes what waits in `from` into `to`; false when the connection closed meanwhile.
-    // `fin_follows` (or a FIN owed to `to`): the FIN goes out in the same segment as these bytes.
+    // `fin_follows` (or a FIN owed to `to`): the FIN goes out in the same segment as the last of
+    // these bytes when the socket takes them all at once.
     bool flush(Side& from, Side& to, bool fin_follows = false);
     void send_fin(Side& to);
     void before_write(Side& to);
