@@ -7,6 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <random>
+
 #include "harness/harness.h"
 
 using namespace it;
@@ -477,4 +481,159 @@ TEST(Splice, EverythingElseIsServedWhileBytesNeverStop) {
     std::printf("rounds in 3 s: %d, the slowest: %lld ms\n", rounds, static_cast<long long>(slowest.count()));
     EXPECT_GE(rounds, 60) << "rounds of /healthz, a new connection and a stats signal in 3 s";
     EXPECT_LT(slowest, 1000ms) << "the slowest round";
+}
+
+namespace {
+
+// How one side ends its stream: a FIN of its own after its last bytes, the same FIN in the last
+// bytes' segment (MSG_MORE, then shutdown), or a FIN only once the other side's stream has ended.
+enum class FinWay { after, with_bytes, after_peer };
+
+struct StreamPlan {
+    uint64_t seed = 0;
+    uint32_t len = 0;
+    FinWay fin = FinWay::after;
+    bool pauses = false;  // short sleeps between chunks: the other side sees the stream in pieces
+};
+
+// Sends `plan.len` pattern bytes in random chunk sizes, then the FIN as planned (`peer_done`: the
+// other direction has reached its end, for FinWay::after_peer). False on a send error.
+bool send_stream(int fd, const StreamPlan& plan, uint64_t chunk_seed, const std::atomic<bool>& peer_done) {
+    std::mt19937_64 rng(chunk_seed);
+    std::vector<unsigned char> buf(192 * 1024);
+    for (uint64_t off = 0; off < plan.len;) {
+        size_t n = std::min<uint64_t>(plan.len - off, 1 + rng() % (rng() % 4 == 0 ? buf.size() : 1500));
+        fill_pattern(plan.seed, off, buf.data(), n);
+        const bool last = off + n == plan.len;
+        const int flags = MSG_NOSIGNAL | (last && plan.fin == FinWay::with_bytes ? MSG_MORE : 0);
+        for (size_t done = 0; done < n;) {
+            ssize_t r = ::send(fd, buf.data() + done, n - done, flags);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) return false;
+            done += static_cast<size_t>(r);
+        }
+        off += n;
+        if (plan.pauses && rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
+    }
+    if (plan.fin == FinWay::after_peer) {
+        auto deadline = std::chrono::steady_clock::now() + 20s;
+        while (!peer_done && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    }
+    return ::shutdown(fd, SHUT_WR) == 0;
+}
+
+// Reads until EOF, checking every byte against the pattern of `seed`. Returns the bytes read, or
+// -1 on a corrupted byte, a read error or no EOF within 20 s.
+int64_t recv_stream(int fd, uint64_t seed) {
+    std::vector<unsigned char> got(64 * 1024), want(64 * 1024);
+    uint64_t off = 0;
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    for (;;) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) == 0) {
+            if (std::chrono::steady_clock::now() > deadline) return -1;
+            continue;
+        }
+        ssize_t r = ::recv(fd, got.data(), got.size(), 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) return static_cast<int64_t>(off);
+        fill_pattern(seed, off, want.data(), static_cast<size_t>(r));
+        if (std::memcmp(got.data(), want.data(), static_cast<size_t>(r)) != 0) return -1;
+        off += static_cast<size_t>(r);
+    }
+}
+
+StreamPlan random_plan(std::mt19937_64& rng) {
+    static constexpr uint32_t kSizes[] = {0, 100, 70000, 600000};
+    StreamPlan p;
+    p.seed = rng();
+    uint32_t cap = kSizes[rng() % std::size(kSizes)];
+    p.len = cap == 0 ? 0 : 1 + static_cast<uint32_t>(rng() % cap);
+    p.fin = static_cast<FinWay>(rng() % 3);
+    p.pauses = rng() % 2;
+    return p;
+}
+
+}  // namespace
+
+// Random, seeded pairs of streams through kprism, both ways at once: random sizes (none to about
+// 600 KB, past the socket buffers, so writes are partial and kprism pauses reading), chunks, pauses
+// and ends (a FIN after the last bytes, in their segment, or only after the other side's end).
+// Whatever the order, each side gets every byte the other sent, intact and in order, then the
+// FIN: kprism's FIN merging (MSG_MORE, then the FIN) never loses or holds back a byte.
+TEST(Splice, RandomStreamsAndEndsArriveWhole) {
+    // The upstream learns its plan from the client's first 26 bytes (seeds, lengths, how to end)
+    // and counts the client streams it got whole, up to their FIN.
+    std::atomic<int> upstream_whole{0};
+    TcpServer up([&upstream_whole](int fd) {
+        unsigned char h[26];
+        if (recv_exact(fd, h, sizeof h) != sizeof h) return;
+        StreamPlan in, out;
+        std::memcpy(&in.seed, h, 8);
+        std::memcpy(&out.seed, h + 8, 8);
+        std::memcpy(&out.len, h + 16, 4);
+        std::memcpy(&in.len, h + 20, 4);
+        out.fin = static_cast<FinWay>(h[24] % 3);
+        out.pauses = h[25] & 1;
+        std::atomic<bool> in_done{false};
+        bool sent = false;
+        std::thread sender([&] { sent = send_stream(fd, out, out.seed ^ 1, in_done); });
+        int64_t got = recv_stream(fd, in.seed);
+        in_done = true;
+        sender.join();
+        if (sent && got == static_cast<int64_t>(in.len)) ++upstream_whole;
+    });
+    Kprism k({up.endpoint()});
+    int total = 0;
+    for (uint64_t seed : {1u, 2u, 3u}) {
+        SCOPED_TRACE("seed " + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        constexpr int kConns = 16;
+        std::atomic<int> whole{0};
+        std::vector<std::string> failures(kConns);
+        std::vector<std::thread> conns;
+        for (int c = 0; c < kConns; ++c) {
+            StreamPlan to_up = random_plan(rng), from_up = random_plan(rng);
+            if (to_up.fin == FinWay::after_peer && from_up.fin == FinWay::after_peer) from_up.fin = FinWay::after;
+            conns.emplace_back([&, c, to_up, from_up] {
+                int fd = connect_to(k.port);
+                if (fd < 0) {
+                    failures[c] = "connect failed";
+                    return;
+                }
+                unsigned char h[26] = {};
+                std::memcpy(h, &to_up.seed, 8);
+                std::memcpy(h + 8, &from_up.seed, 8);
+                std::memcpy(h + 16, &from_up.len, 4);
+                std::memcpy(h + 20, &to_up.len, 4);
+                h[24] = static_cast<unsigned char>(from_up.fin);
+                h[25] = from_up.pauses;
+                std::atomic<bool> up_done{false};
+                bool sent = false;
+                std::thread sender([&] {
+                    sent = send_all(fd, h, sizeof h) && send_stream(fd, to_up, to_up.seed ^ 2, up_done);
+                });
+                int64_t got = recv_stream(fd, from_up.seed);
+                up_done = true;
+                sender.join();
+                ::close(fd);
+                std::string plan = "to upstream " + std::to_string(to_up.len) + " bytes, fin " +
+                                   std::to_string(static_cast<int>(to_up.fin)) + "; from upstream " +
+                                   std::to_string(from_up.len) + ", fin " + std::to_string(static_cast<int>(from_up.fin));
+                if (!sent) failures[c] = plan + ": the client's stream could not be sent";
+                else if (got < 0)
+                    failures[c] = plan + ": the client's stream broke (a byte wrong, a read error or no FIN in 20 s)";
+                else if (got != static_cast<int64_t>(from_up.len))
+                    failures[c] = plan + ": the client got " + std::to_string(got) + " bytes and then the FIN";
+                else ++whole;
+            });
+        }
+        for (auto& t : conns) t.join();
+        for (const std::string& f : failures) EXPECT_TRUE(f.empty()) << f;
+        EXPECT_EQ(whole.load(), kConns) << "streams from the upstream that arrived whole, then their FIN";
+        total += kConns;
+        EXPECT_TRUE(eventually([&] { return upstream_whole.load() == total; }))
+            << "streams from the client that arrived whole, then their FIN: " << upstream_whole.load() << " of " << total;
+    }
 }
