@@ -112,7 +112,7 @@ done
 [ "$NICE" = 0 ] || renice -n "$NICE" -p $$ >/dev/null || die "cannot renice to $NICE (NICE=0 to run as is)"
 
 cp "$KPRISM_BIN" "$tmp/kprism" # a snapshot: the binary may be rebuilt while this runs
-echo "# kprism vs HAProxy: CPU and system calls per request and per connection, both up at once"
+echo "# kprism vs HAProxy: CPU, system calls and TCP segments per request and per connection, both up at once"
 say "date: $(date -u '+%Y-%m-%d %H:%M UTC'), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 say "machine: nproc=$(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), kernel $(uname -r)"
 say "kprism: $("$tmp/kprism" --version) (sha256 $(sha256sum "$tmp/kprism" | cut -c1-12)); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
