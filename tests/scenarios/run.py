@@ -134,12 +134,19 @@ class Run:
         check(settled, "every balancer's watch receives the writer's objects and its 30 long-lived connections are served")
 
     # Connections from each balancer to each stand-in, by name.
-    def conns(self):
+    def conns(self, settled=False):
         names = self.cl.by_addr()
         # kprism's kept probe connections are no client's: left out, as HAProxy's checks come and go.
         probers = [b for b in self.bs if isinstance(b, balancers.Kprism)]
         counts = ld.upstream_connections([b.pid for b in self.bs], list(names),
                                          lambda: {(b.pid, p) for b in probers for p in b.probe_ports()})
+        # settled: the fewest of three counts 0.3 s apart, so that one of the stream of short new
+        # connections, open at one count, is not taken for part of an upstream's share.
+        for _ in range(2 if settled else 0):
+            time.sleep(0.3)
+            again = ld.upstream_connections([b.pid for b in self.bs], list(names),
+                                            lambda: {(b.pid, p) for b in probers for p in b.probe_ports()})
+            counts = {pid: {e: min(n, again[pid][e]) for e, n in c.items()} for pid, c in counts.items()}
         return {b.label: {names[e]: n for e, n in counts[b.pid].items()} for b in self.bs}
 
     def all_up(self, names, seconds=30):
@@ -287,7 +294,7 @@ class Run:
         moved0 = self._rebalanced()
         for p in points:
             time.sleep(max(0, t_back + p - time.monotonic()))
-            c = self.conns()
+            c = self.conns(settled=True)
             shares[p] = c
             self.row(title, f"upstream connections on a0 / a1 / a2, {p} s after its return",
                      {lb: " / ".join(str(c[lb][n]) for n in ("a0", "a1", "a2")) for lb in self.labels})
