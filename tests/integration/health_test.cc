@@ -350,7 +350,7 @@ TEST(Health, LatencyPolicyPrefersNearestReady) {
             for (;;) {
                 ssize_t n = ::recv(from, buf, sizeof buf, 0);
                 if (n <= 0) break;
-                std::this_thread::sleep_for(100ms);  // a distant site
+                std::this_thread::sleep_for(50ms);  // a distant site
                 if (!send_all(to, buf, static_cast<size_t>(n))) break;
             }
             ::shutdown(to, SHUT_WR);
@@ -360,7 +360,9 @@ TEST(Health, LatencyPolicyPrefersNearestReady) {
         t.join();
         ::close(up);
     });
-    Kprism k({near_.addr(), relay.endpoint()}, with(tls_flags(pki), {"--policy", "latency"}));
+    // A fresh probe crosses the relay in up to six legs (handshake, request, ticket, answer): 300 ms
+    // here, so the check gets a timeout well above that, sanitizer builds included.
+    Kprism k({near_.addr(), relay.endpoint()}, with(tls_flags(pki), {"--policy", "latency", "--health-timeout", "900ms"}));
     ASSERT_TRUE(upstream_state(k, near_.addr(), "health", "up"));
     ASSERT_TRUE(upstream_state(k, relay.endpoint(), "health", "up"));
     // On a loaded machine a first handshake can be slow even nearby: wait until the probes have
