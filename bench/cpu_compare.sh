@@ -16,10 +16,15 @@
 # requests wrk completed; the top calls of each are listed. TCP segments: the machine's OutSegs
 # (/proc/net/snmp) over another SYSCALL_SECONDS of wrk through one proxy, divided by the requests:
 # every segment of wrk, the proxy and nginx, so on a quiet machine what one proxy makes them send.
+# The floor (FLOOR_BIN, bench/splice_floor, built by `make bench-cpu`): the least CPU a user-space
+# splice can spend per keep-alive request on this machine, with epoll and with io_uring, up beside
+# the two proxies and measured in the same rounds (its slices sit between HAProxy's: kprism,
+# HAProxy, epoll, io_uring, io_uring, epoll, HAProxy, kprism), so the ratio has a reference point.
 #
 # Usage: bench/cpu_compare.sh [--syscalls-only | --cpu-only]
 # Environment (defaults): KPRISM_BIN (build/kprism), SLICE (3), ROUNDS (10), CONNS (32),
 #   SYSCALL_SECONDS (2), KPRISM_PORT (7445), HAPROXY_PORT (7447), ADMIN_PORT (17446),
+#   FLOOR_BIN (unset: no floor), FLOOR_PORTS ("7448 7449": its epoll and io_uring instances),
 #   BACKEND_PORTS ("17451 17452 17453"), NICE (-10 as root, else 0), PERF_DIR (unset: when set,
 #   `perf record -e cpu-clock -g` of each proxy during one extra slice per workload goes there),
 #   PLACEMENT (unset: the scheduler places every process; "W N P": wrk on CPU W, nginx on CPU N,
@@ -45,6 +50,9 @@ KPRISM_BIN=${KPRISM_BIN:-$root/build/kprism}
 SLICE=${SLICE:-3}; ROUNDS=${ROUNDS:-10}; CONNS=${CONNS:-32}; SYSCALL_SECONDS=${SYSCALL_SECONDS:-2}
 KPRISM_PORT=${KPRISM_PORT:-7445}; HAPROXY_PORT=${HAPROXY_PORT:-7447}; ADMIN_PORT=${ADMIN_PORT:-17446}
 read -r -a BACKEND_PORTS <<<"${BACKEND_PORTS:-17451 17452 17453}"
+FLOOR_BIN=${FLOOR_BIN:-}
+read -r -a FLOOR_PORTS <<<"${FLOOR_PORTS:-7448 7449}"
+FLOORS=(); [ -z "$FLOOR_BIN" ] || FLOORS=(floor-epoll floor-uring)
 if [ "$(id -u)" = 0 ]; then NICE=${NICE:--10}; else NICE=${NICE:-0}; fi
 MAX_CONNS=9000
 
@@ -68,6 +76,7 @@ else
 fi
 
 [ -x "$KPRISM_BIN" ] || die "kprism binary $KPRISM_BIN not found (make, or set KPRISM_BIN)"
+[ -z "$FLOOR_BIN" ] || [ -x "$FLOOR_BIN" ] || die "FLOOR_BIN $FLOOR_BIN not found (make build/bench/splice_floor)"
 [ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 100 ] || die "ROUNDS must be 1..100"
 ulimit -n "$(ulimit -Hn)"
 
@@ -106,7 +115,7 @@ cpu_ticks() { # utime + stime of one pid, clock ticks
 }
 CLK_TCK=$(getconf CLK_TCK)
 
-for p in "$KPRISM_PORT" "$HAPROXY_PORT" "${BACKEND_PORTS[@]}" "$ADMIN_PORT"; do
+for p in "$KPRISM_PORT" "$HAPROXY_PORT" "${BACKEND_PORTS[@]}" "$ADMIN_PORT" ${FLOORS[@]:+"${FLOOR_PORTS[@]}"}; do
     listening "$p" && die "127.0.0.1:$p is already in use"
 done
 [ "$NICE" = 0 ] || renice -n "$NICE" -p $$ >/dev/null || die "cannot renice to $NICE (NICE=0 to run as is)"
@@ -118,6 +127,7 @@ say "machine: nproc=$(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 say "kprism: $("$tmp/kprism" --version) (sha256 $(sha256sum "$tmp/kprism" | cut -c1-12)); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
 say "slices: ${SLICE}s, ABBA x $ROUNDS per workload; wrk -t1 -c$CONNS; strace: ${SYSCALL_SECONDS}s per proxy and workload"
 say "placement: $placement"
+[ -z "$FLOOR_BIN" ] || say "floor: $FLOOR_BIN (epoll on $((FLOOR_PORTS[0])), io_uring on $((FLOOR_PORTS[1]))), keep-alive slices between HAProxy's"
 
 # --- backends and proxies ----------------------------------------------------------------------
 {
@@ -160,6 +170,12 @@ wait_http "$HAPROXY_PORT" 10 || die "HAProxy does not answer: $(tail -3 "$tmp/ha
 wait_http "$KPRISM_PORT" 10 || die "kprism does not answer: $(tail -3 "$tmp/kprism.log")"
 
 declare -A PID=([kprism]=$kprism_pid [haproxy]=$haproxy_pid) PORT=([kprism]=$KPRISM_PORT [haproxy]=$HAPROXY_PORT)
+for i in "${!FLOORS[@]}"; do
+    "${PIN_PROXY[@]}" "$FLOOR_BIN" "${FLOORS[$i]#floor-}" "${FLOOR_PORTS[$i]}" "${BACKEND_PORTS[@]}" 2>"$tmp/${FLOORS[$i]}.log" &
+    PID[${FLOORS[$i]}]=$!; PORT[${FLOORS[$i]}]=${FLOOR_PORTS[$i]}
+    PIDS+=($!)
+    wait_http "${FLOOR_PORTS[$i]}" 10 || die "${FLOORS[$i]} does not answer: $(tail -3 "$tmp/${FLOORS[$i]}.log")"
+done
 declare -A TICKS REQS ERRS t_before n_before
 
 wrk_run() { # proxy mode seconds -> sets WRK_REQS, WRK_ERRS
@@ -243,11 +259,12 @@ if [ $do_sys = 1 ]; then
 fi
 if [ $do_cpu = 1 ]; then
     for mode in ka close; do
-        wrk_run kprism "$mode" 1; wrk_run haproxy "$mode" 1 # warm-up, not counted
+        floors=(); [ "$mode" = ka ] && floors=("${FLOORS[@]}")
+        for p in kprism haproxy "${floors[@]}"; do wrk_run "$p" "$mode" 1; done # warm-up, not counted
         round_ratios=(); rounds=()
         for r in $(seq "$ROUNDS"); do
             for p in kprism haproxy; do t_before[$p]=${TICKS[$p.$mode]:-0}; n_before[$p]=${REQS[$p.$mode]:-0}; done
-            for p in kprism haproxy haproxy kprism; do slice "$p" "$mode"; done
+            for p in kprism haproxy "${floors[@]}" $(printf '%s\n' "${floors[@]}" | tac) haproxy kprism; do slice "$p" "$mode"; done
             # This round's own ratio (its two slices each), to show how far one round strays.
             rounds+=("$((TICKS[kprism.$mode] - t_before[kprism])) $((REQS[kprism.$mode] - n_before[kprism])) $((TICKS[haproxy.$mode] - t_before[haproxy])) $((REQS[haproxy.$mode] - n_before[haproxy]))")
             round_ratios+=("$(awk '{ if ($2 > 0 && $3 > 0 && $4 > 0) printf "%.3f", ($1 / $2) / ($3 / $4); else print "nan" }' <<<"${rounds[-1]}")")
@@ -285,6 +302,15 @@ for mode in ka close; do
         echo "| TCP segments per $what, all three parties | ${SEGS[kprism.$mode]} | ${SEGS[haproxy.$mode]} | $(ratio "${SEGS[kprism.$mode]}" "${SEGS[haproxy.$mode]}") |"
     fi
 done
+if [ $do_cpu = 1 ] && [ ${#FLOORS[@]} -gt 0 ]; then
+    echo
+    echo "| the floor: bench/splice_floor, keep-alive | CPU µs per request | / HAProxy's | kprism / the floor |"
+    echo "|---|---|---|---|"
+    us() { awk -v t="${TICKS[$1.ka]}" -v n="${REQS[$1.ka]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'; }
+    for f in "${FLOORS[@]}"; do
+        echo "| ${f#floor-} | $(us "$f") | $(ratio "$(us "$f")" "$(us haproxy)") | $(ratio "$(us kprism)" "$(us "$f")") |"
+    done
+fi
 if [ $do_sys = 1 ]; then
     echo
     for mode in ka close; do

@@ -100,19 +100,22 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 # kprism's and HAProxy's own CPU and system calls per keep-alive request and per new connection,
 # both up at once in front of the same three nginx backends: wrk in ABBA slices (CPU) and strace -c
 # (system calls), one table with the ratios and a 90% interval of each CPU ratio over the rounds
-# (about 4 minutes; bench/cpu_compare.sh, bench/RESULTS.md).
+# (about 7 minutes; bench/cpu_compare.sh, bench/RESULTS.md). In the keep-alive rounds it also
+# measures the floor: the least any user-space splice spends per request here, with epoll and with
+# io_uring (bench/splice_floor.cc), so the ratio to HAProxy is read against what is possible.
 # CPU_ARGS=--syscalls-only counts system calls only (they do not depend on the machine's load).
 # PLACEMENT="W N P" pins wrk, nginx and both proxies to those CPUs; unset, the scheduler places them.
 ## CPU_ARGS=: passed to bench/cpu_compare.sh by `make bench-cpu` (--syscalls-only, --cpu-only)
 ## PLACEMENT=: `make bench-cpu` pins wrk, nginx and both proxies to these CPUs ("0 0 1"); unset: the scheduler places them
 .PHONY: bench-cpu
-bench-cpu: $(BUILD)/kprism ## kprism vs HAProxy up at once: CPU (ABBA slices), syscalls and TCP segments per request and per connection (about 5 min; bench-deps)
-	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) bench/cpu_compare.sh $(CPU_ARGS)
+bench-cpu: $(BUILD)/kprism $(BUILD)/bench/splice_floor ## kprism vs HAProxy up at once: CPU (ABBA slices), syscalls and TCP segments per request and per connection, and the floor any splice has (about 7 min; bench-deps)
+	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) FLOOR_BIN=$(abspath $(BUILD)/bench/splice_floor) \
+		bench/cpu_compare.sh $(CPU_ARGS)
 
 # The packages the benchmarks need (bench-compare, bench/bulk.sh), kept out of `make deps`. The
 # distribution's nginx and haproxy services are not started meanwhile (a temporary policy-rc.d,
 # unless one exists); bench/compare.sh refuses to run if its ports are taken anyway.
-BENCH_PKGS := haproxy nginx libnginx-mod-stream wrk socat bc curl python3 iproute2 strace
+BENCH_PKGS := haproxy nginx libnginx-mod-stream wrk socat bc curl python3 iproute2 strace liburing-dev
 bench-deps: ## apt-get install the benchmarks' own packages (haproxy, nginx, wrk, ...)
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; prc=; \
 	if [ ! -e /usr/sbin/policy-rc.d ]; then \
@@ -153,3 +156,8 @@ bench-restart: deb $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver $(BUILD)/be
 .PHONY: bench-membership
 bench-membership: $(BUILD)/kprism ## RSS and checkers over 100 000 discovery events swapping 31 endpoints (about 4 min)
 	python3 bench/membership_churn.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) --events $(or $(CHURN_EVENTS),100000)
+
+# The reference splice of `make bench-floor` (bench/splice_floor.cc): epoll, or io_uring through
+# liburing (liburing-dev, in bench-deps; nothing else links it).
+$(BUILD)/bench/splice_floor: $(BUILD)/bench/obj/splice_floor.o
+	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ -luring
