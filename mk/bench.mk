@@ -100,7 +100,7 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 # kprism's and HAProxy's own CPU and system calls per keep-alive request and per new connection,
 # both up at once in front of the same three nginx backends: wrk in ABBA slices (CPU) and strace -c
 # (system calls), one table with the ratios and a 90% interval of each CPU ratio over the rounds
-# (about 7 minutes; bench/cpu_compare.sh, bench/RESULTS.md). In the keep-alive rounds it also
+# (about 8 minutes; bench/cpu_compare.sh, bench/RESULTS.md). In the keep-alive rounds it also
 # measures the floor: the least any user-space splice spends per request here, with epoll and with
 # io_uring (bench/splice_floor.cc), so the ratio to HAProxy is read against what is possible.
 # CPU_ARGS=--syscalls-only counts system calls only (they do not depend on the machine's load).
@@ -108,7 +108,7 @@ bench-compare: $(BUILD)/kprism $(BUILD)/kprism-standin $(BUILD)/bench/probe_cost
 ## CPU_ARGS=: passed to bench/cpu_compare.sh by `make bench-cpu` (--syscalls-only, --cpu-only)
 ## PLACEMENT=: `make bench-cpu` pins wrk, nginx and both proxies to these CPUs ("0 0 1"); unset: the scheduler places them
 .PHONY: bench-cpu
-bench-cpu: $(BUILD)/kprism $(BUILD)/bench/splice_floor ## kprism vs HAProxy up at once: CPU (ABBA slices), syscalls and TCP segments per request and per connection, and the floor any splice has (about 7 min; bench-deps)
+bench-cpu: $(BUILD)/kprism $(BUILD)/bench/splice_floor ## kprism vs HAProxy up at once: CPU (ABBA slices), syscalls and TCP segments per request and per connection, and the floor any splice has (about 8 min; bench-deps)
 	KPRISM_BIN=$(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) FLOOR_BIN=$(abspath $(BUILD)/bench/splice_floor) \
 		bench/cpu_compare.sh $(CPU_ARGS)
 
