@@ -157,7 +157,7 @@ bench-restart: deb $(BUILD)/kprism-standin $(BUILD)/kprism-apiserver $(BUILD)/be
 bench-membership: $(BUILD)/kprism ## RSS and checkers over 100 000 discovery events swapping 31 endpoints (about 4 min)
 	python3 bench/membership_churn.py --kprism $(or $(KPRISM_BIN),$(abspath $(BUILD)/kprism)) --events $(or $(CHURN_EVENTS),100000)
 
-# The floor `make bench-cpu` measures beside the proxies (bench/splice_floor.cc): epoll, or io_uring through
-# liburing (liburing-dev, in bench-deps; nothing else links it).
+# The floor `make bench-cpu` measures beside the proxies (bench/splice_floor.cc): epoll, or
+# io_uring through liburing (liburing-dev, in bench-deps; nothing else links it).
 $(BUILD)/bench/splice_floor: $(BUILD)/bench/obj/splice_floor.o
 	$(CXX) $(CXXFLAGS) $(LDFLAGS) -o $@ $^ -luring
