@@ -342,15 +342,19 @@ TEST(Splice, SlowReaderIsBackpressured) {
 // anything must be read even if it came in the connect's own event. Since the handshake's last ACK
 // waits for the client's first bytes (sockopt.h), a silent client's upstream takes the connection
 // only when the kernel's delayed-ACK timer sends that ACK (within 200 ms), so that event now holds
-// the banner only when kprism is that late; what stays tested is that the banner arrives.
+// the banner only when kprism is that late; what stays tested is that the banner arrives. The
+// upstream's accept queue holds every connection: those ACKs come close together, and one dropped
+// by a full queue waits for the upstream's SYN-ACK to be resent (seconds under an emulator).
 TEST(Splice, UpstreamThatSpeaksFirstIsHeard) {
-    TcpServer up([](int fd) {
-        send_all(fd, "banner\n", 7);
-        char b[4];
-        if (recv_exact(fd, b, 4) == 4) send_all(fd, "pong", 4);
-    });
-    Kprism k({up.endpoint()});
     constexpr int kConns = 200;
+    TcpServer up(
+        [](int fd) {
+            send_all(fd, "banner\n", 7);
+            char b[4];
+            if (recv_exact(fd, b, 4) == 4) send_all(fd, "pong", 4);
+        },
+        false, 2 * kConns);
+    Kprism k({up.endpoint()});
     std::vector<int> fds;
     for (int i = 0; i < kConns; ++i) {
         int fd = connect_to(k.port);
