@@ -127,7 +127,7 @@ say "machine: nproc=$(nproc), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f
 say "kprism: $("$tmp/kprism" --version) (sha256 $(sha256sum "$tmp/kprism" | cut -c1-12)); $(haproxy -v | head -1 | cut -d' ' -f1-3)"
 say "slices: ${SLICE}s, ABBA x $ROUNDS per workload; wrk -t1 -c$CONNS; strace: ${SYSCALL_SECONDS}s per proxy and workload"
 say "placement: $placement"
-[ -z "$FLOOR_BIN" ] || say "floor: $FLOOR_BIN (epoll on $((FLOOR_PORTS[0])), io_uring on $((FLOOR_PORTS[1]))), keep-alive slices between HAProxy's"
+[ -z "$FLOOR_BIN" ] || say "floor: $FLOOR_BIN (epoll on ${FLOOR_PORTS[0]}, io_uring on ${FLOOR_PORTS[1]}), keep-alive slices between HAProxy's"
 
 # --- backends and proxies ----------------------------------------------------------------------
 {
@@ -196,6 +196,9 @@ slice() { # proxy mode
     ERRS[$1.$2]=$((${ERRS[$1.$2]:-0} + WRK_ERRS))
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+us_per_request() { # proxy mode: its CPU µs per request over its slices
+    awk -v t="${TICKS[$1.$2]}" -v n="${REQS[$1.$2]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'
+}
 
 declare -A SYS SYSTOP INTERVAL
 # stdin: one line per ABBA round, "kprism_ticks kprism_requests haproxy_ticks haproxy_requests".
@@ -293,8 +296,7 @@ echo "|---|---|---|---|"
 for mode in ka close; do
     what=$([ $mode = ka ] && echo "keep-alive request" || echo "new connection (one request each)")
     if [ $do_cpu = 1 ]; then
-        k=$(awk -v t="${TICKS[kprism.$mode]}" -v n="${REQS[kprism.$mode]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-        h=$(awk -v t="${TICKS[haproxy.$mode]}" -v n="${REQS[haproxy.$mode]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+        k=$(us_per_request kprism "$mode"); h=$(us_per_request haproxy "$mode")
         echo "| CPU µs per $what | $k | $h | $(ratio "$k" "$h") (over its rounds, 90%: ${INTERVAL[$mode]}) |"
     fi
     if [ $do_sys = 1 ]; then
@@ -306,9 +308,10 @@ if [ $do_cpu = 1 ] && [ ${#FLOORS[@]} -gt 0 ]; then
     echo
     echo "| the floor: bench/splice_floor, keep-alive | CPU µs per request | / HAProxy's | kprism / the floor |"
     echo "|---|---|---|---|"
-    us() { awk -v t="${TICKS[$1.ka]}" -v n="${REQS[$1.ka]}" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }'; }
+    k=$(us_per_request kprism ka); h=$(us_per_request haproxy ka)
     for f in "${FLOORS[@]}"; do
-        echo "| ${f#floor-} | $(us "$f") | $(ratio "$(us "$f")" "$(us haproxy)") | $(ratio "$(us kprism)" "$(us "$f")") |"
+        u=$(us_per_request "$f" ka)
+        echo "| ${f#floor-} | $u | $(ratio "$u" "$h") | $(ratio "$k" "$u") |"
     done
 fi
 if [ $do_sys = 1 ]; then

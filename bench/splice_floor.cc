@@ -76,7 +76,7 @@ int listen_on(int port) {
 }
 
 // Pairs an accepted client with a new upstream connection (round robin); false: client closed.
-bool pair_with_upstream(int client, int flags) {
+bool pair_with_upstream(int client, bool nonblocking) {
     nodelay(client);
     int up = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a = loopback(upstream_ports[next_upstream++ % upstream_ports.size()]);
@@ -86,7 +86,7 @@ bool pair_with_upstream(int client, int flags) {
         return false;
     }
     nodelay(up);
-    if (flags & SOCK_NONBLOCK) fcntl(up, F_SETFL, fcntl(up, F_GETFL) | O_NONBLOCK);
+    if (nonblocking) fcntl(up, F_SETFL, fcntl(up, F_GETFL) | O_NONBLOCK);
     size_t need = static_cast<size_t>(client > up ? client : up) + 1;
     if (sides.size() < need) sides.resize(need);
     uint16_t gen = ++next_gen;
@@ -141,7 +141,7 @@ void run_epoll(int listener) {
             if (fd == listener) {
                 int c;
                 while ((c = accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-                    if (!pair_with_upstream(c, SOCK_NONBLOCK)) continue;
+                    if (!pair_with_upstream(c, true)) continue;
                     for (int s : {c, sides[static_cast<size_t>(c)].peer}) {
                         epoll_event e{};
                         e.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
@@ -247,7 +247,7 @@ void run_uring(int listener) {
             bool live = fd >= 0 && static_cast<size_t>(fd) < sides.size() && sides[static_cast<size_t>(fd)].fd >= 0 &&
                         sides[static_cast<size_t>(fd)].gen == gen;
             if (op == kAccept) {
-                if (res >= 0 && pair_with_upstream(res, 0)) {
+                if (res >= 0 && pair_with_upstream(res, false)) {
                     recv_on(res);
                     recv_on(sides[static_cast<size_t>(res)].peer);
                 }

@@ -139,12 +139,13 @@ class Run:
         # kprism's kept probe connections are no client's: left out, as HAProxy's checks come and go.
         probers = [b for b in self.bs if isinstance(b, balancers.Kprism)]
         probe_ports = lambda: {(b.pid, p) for b in probers for p in b.probe_ports()}  # noqa: E731
-        counts = ld.upstream_connections([b.pid for b in self.bs], list(names), probe_ports)
+        pids = [b.pid for b in self.bs]
+        counts = ld.upstream_connections(pids, list(names), probe_ports)
         # settled: the fewest of three counts 0.3 s apart, so that one of the stream of short new
         # connections, open at one count, is not taken for part of an upstream's share.
         for _ in range(2 if settled else 0):
             time.sleep(0.3)
-            again = ld.upstream_connections([b.pid for b in self.bs], list(names), probe_ports)
+            again = ld.upstream_connections(pids, list(names), probe_ports)
             counts = {pid: {e: min(n, again[pid][e]) for e, n in c.items()} for pid, c in counts.items()}
         return {b.label: {names[e]: n for e, n in counts[b.pid].items()} for b in self.bs}
 
