@@ -920,7 +920,9 @@ class Run:
         a4.start(*STANDIN_FLAGS)
         ld.create_target(self.pl.ctx, a4)
         self.pl.post_slice("kprism-test-n", "IPv4", [a4.addr], self.pl.port)
-        n = Node(self, "n", [self.a1.endpoint])
+        # least-connections: every one of the four gets some of the 12 long-lived connections (at random,
+        # none on a4 one time in 32).
+        n = Node(self, "n", [self.a1.endpoint], extra=["--policy", "least-connections"])
         lo = None
         try:
             want = {self.a1.endpoint: ("static", "up"), **self.all_ready([self.a2, self.a3, a4])}
