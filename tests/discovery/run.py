@@ -601,7 +601,9 @@ class Run:
         v6 = clu.Apiserver(self.args.apiserver, self.d, self.pl.pki, 6, addr="::1", port=port, store=self.second_store())
         v6.start(*STANDIN_FLAGS)
         self.pl.post_slice("kprism-test-v6", "IPv6", ["::1"], v6.port)
-        n = Node(self, "g", [a1.endpoint])
+        # least-connections: the 16 held connections are spread four to each (at random, none on v6 one
+        # run in a hundred).
+        n = Node(self, "g", [a1.endpoint], extra=["--policy", "least-connections"])
         try:
             want = {a1.endpoint: ("static", "up"), **self.all_ready([a2, a3, v6])}
             check(n.wait_ups(want, 15), f"g: [::1]:{v6.port} from an IPv6 slice (its own port) discovered and up",

@@ -18,8 +18,8 @@ namespace {
 
 std::vector<std::string> flags(const Pki& pki, std::vector<std::string> more = {}) {
     std::vector<std::string> a = {"--client-cert",    pki.client_pem, "--client-key",         pki.client_pem,
-                                  "--ca-file",        pki.ca_cert,    "--health-interval",    "200ms",
-                                  "--health-timeout", "150ms",        "--health-fast-interval", "100ms"};
+                                  "--ca-file",        pki.ca_cert,    "--health-interval",    "400ms",
+                                  "--health-timeout", "350ms",        "--health-fast-interval", "100ms"};
     a.insert(a.end(), more.begin(), more.end());
     return a;
 }
@@ -75,7 +75,7 @@ TEST(ProbeKeepalive, ChunkedFailureKeepsTheConnection) {
 TEST(ProbeKeepalive, NewConnectionEveryIntervalResumed) {
     Pki pki;
     Apiserver a(pki, "a");
-    Kprism k({a.addr()}, flags(pki, {"--health-new-connection-interval", "500ms"}));
+    Kprism k({a.addr()}, flags(pki, {"--health-new-connection-interval", "1s"}));
     ASSERT_TRUE(eventually([&] { return handshakes(a) >= 4; }, 10000ms));
     // About 2.5 probes per connection: most probes ride a kept one, every new one is resumed.
     EXPECT_GE(readyz(a), 2 * handshakes(a) - 1) << a.proc->output();
@@ -137,7 +137,7 @@ TEST(ProbeKeepalive, RotationOpensANewConnection) {
     std::string cert = pki.dir + "/rotating.pem";
     pki.issue_client(cert, "system:node:before");
     Kprism k({a.addr()}, {"--client-cert", cert, "--client-key", cert, "--ca-file", pki.ca_cert, "--health-interval",
-                          "200ms", "--health-timeout", "150ms", "--health-fast-interval", "100ms"});
+                          "400ms", "--health-timeout", "350ms", "--health-fast-interval", "100ms"});
     ASSERT_TRUE(a.proc->wait_output("handshake resumed=0 peer=\"system:node:before\""));
     ASSERT_TRUE(eventually([&] { return readyz(a) >= 3; }));
     EXPECT_EQ(handshakes(a), 1u);

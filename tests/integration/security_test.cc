@@ -482,7 +482,8 @@ TEST(Security, AdminSurvivesThousandsOfHostileRequests) {
     for (int i = 0; i < kTotal; ++i) {
         const Hostile& h = results[static_cast<size_t>(i)];
         EXPECT_TRUE(h.closed) << "connection " << i << " still open after " << h.seconds << " s";
-        EXPECT_LE(h.seconds, 6.5) << "connection " << i << " (kind " << i % kinds.size() << ")";
+        // The 5 s deadline, and 3 s for 12 flooding clients on a loaded machine (timed from before connect).
+        EXPECT_LE(h.seconds, 8.0) << "connection " << i << " (kind " << i % kinds.size() << ")";
         if (h.seconds > max_seconds) {
             max_seconds = h.seconds;
             slowest = i;
