@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // Admin HTTP connections: accept (at most Admin::kMaxConnections, the newest displacing an idle
-// one), read one bounded request head within a deadline, answer from memory with uv_write, then
-// close; and the routes.
+// one, after what it brought is answered), read one bounded request head within a deadline,
+// answer from memory with uv_write, then close; and the routes.
 #include "kprism/admin/admin.h"
 #include "kprism/daemon/listener.h"
 
 #include <fmt/format.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <ctime>
@@ -34,6 +35,7 @@ public:
 private:
     explicit AdminConnection(Admin& admin) : admin_(admin) {}
 
+    void read_arrived();
     void on_bytes(const char* p, size_t n);
     void answer(const AdminResponse& r, bool head_only);
     uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&tcp_); }
@@ -171,17 +173,33 @@ void AdminConnection::accept(Admin& admin, uv_stream_t* listener) {
         c->close("accept failed");
         return;
     }
+    c->read_arrived();
+    if (c->closing_) return;
     if (admin.live_ > Admin::kMaxConnections) make_room(admin, c);
     uv_timer_start(&c->timer_, on_timer, Admin::kRequestTimeoutMs, 0);
     uv_read_start(c->stream(), on_alloc, on_read);
 }
 
-// Lower goes first. 0: no complete request head and nothing waiting to be read (idle, or a head
-// that trickles in): it holds its place for nothing. 1: answered (the answer is written or being
-// written to a client that may not read it). 2: no complete head yet, but bytes are waiting in
-// the socket: likely a prober accepted in the same burst, whose head is read next.
+// What arrived with the connection is read now, and a complete request answered, before any
+// other connection is closed to make room: in a burst of new connections (libuv accepts them all
+// before it reads any), a probe among them is answered, not taken for an idle one.
+void AdminConnection::read_arrived() {
+    uv_os_fd_t fd;
+    if (uv_fileno(reinterpret_cast<uv_handle_t*>(&tcp_), &fd) != 0) return;
+    ssize_t n = ::recv(fd, rbuf_, sizeof rbuf_, MSG_DONTWAIT);
+    if (n > 0) on_bytes(rbuf_, static_cast<size_t>(n));
+    else if (n == 0) close("client closed before a complete request");
+    // EAGAIN (nothing yet) and errors: the reads that follow see them.
+}
+
+// Lower goes first. 0: no complete request head and nothing waiting to be read, kIdleAfterMs
+// after accept (idle, or a head that trickles in): it holds its place for nothing. 1: answered
+// (the answer is written or being written to a client that may not read it). 2: no complete head
+// yet, but bytes are waiting in the socket, or none yet from a connection accepted this moment:
+// likely a prober, accepted in the same burst as others, whose head is read next or is on its way.
 int AdminConnection::eviction_rank() {
     if (answered_) return 1;
+    if (uv_now(tcp_.loop) - started_ms_ < Admin::kIdleAfterMs) return 2;
     uv_os_fd_t fd;
     int waiting = 0;
     if (uv_fileno(reinterpret_cast<uv_handle_t*>(&tcp_), &fd) == 0 && ioctl(fd, FIONREAD, &waiting) == 0 &&

@@ -39,6 +39,8 @@ public:
     static constexpr size_t kMaxConnections = 64;
     static constexpr uint64_t kRequestTimeoutMs = 5000;  // the whole request head, from accept
     static constexpr uint64_t kLingerMs = 1000;        // reading what the client still sends after the answer
+    // Silent this long after accept: idle (evicted first). Younger: a request is likely on its way.
+    static constexpr uint64_t kIdleAfterMs = 200;
 
     explicit Admin(Server& srv) : srv_(srv) {}
     Admin(const Admin&) = delete;
