@@ -87,6 +87,19 @@ int free_port() {
     }
 }
 
+int refused_port() {
+    for (;;) {
+        int port = free_port();
+        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons(static_cast<uint16_t>(port));
+        if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return port;  // fd kept open
+        ::close(fd);
+    }
+}
+
 static std::string env_or(const char* name, const char* def) {
     const char* v = getenv(name);
     return v && *v ? v : def;

@@ -27,6 +27,10 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds tim
 // A loopback TCP port that was free a moment ago.
 int free_port();
 
+// A loopback TCP port that refuses connections for the rest of this process: bound and never
+// listening, so that no other process (a server of another test shard) can take it meanwhile.
+int refused_port();
+
 std::string kprism_bin();
 std::string standin_bin();
 

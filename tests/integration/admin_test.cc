@@ -70,7 +70,7 @@ double sample(const std::string& metrics, const std::string& series) {
     return -1;
 }
 
-std::string dead_endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
+std::string dead_endpoint() { return "127.0.0.1:" + std::to_string(refused_port()); }
 
 
 std::vector<std::string> tls_flags(const Pki& pki) {
@@ -351,7 +351,7 @@ TEST(Admin, ReadyzAndStatusFollowTheUpstreams) {
 }
 
 TEST(Admin, StatusCommandAddressAndErrors) {
-    int unused = free_port();
+    int unused = refused_port();
     auto r = status_cmd({"--health-port", std::to_string(unused)});
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_NE(r.output.find("kprism status: cannot reach the admin endpoint at 127.0.0.1:" + std::to_string(unused) +

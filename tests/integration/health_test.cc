@@ -74,7 +74,7 @@ TEST(Health, EveryResultClass) {
     unready.set("500");
     unauth.set("401");
     hang.set("hang");
-    std::string refused = "127.0.0.1:" + std::to_string(free_port());
+    std::string refused = "127.0.0.1:" + std::to_string(refused_port());
     Kprism k({ready.addr(), unready.addr(), unauth.addr(), hang.addr(), badname.addr(), refused}, tls_flags(pki));
     EXPECT_TRUE(upstream_state(k, ready.addr(), "last_result", "ready"));
     EXPECT_TRUE(upstream_state(k, ready.addr(), "health", "up"));

@@ -176,7 +176,7 @@ TEST(Notify, WithoutNotifySocketNothingIsSent) {
 TEST(Notify, ReadyAfterFirstRoundAndStatusFollowsHealth) {
     Pki pki;
     Apiserver a(pki, "a");
-    std::string refused = "127.0.0.1:" + std::to_string(free_port());
+    std::string refused = "127.0.0.1:" + std::to_string(refused_port());
     NotifySocket ns;
     Kprism k({a.addr(), refused}, tls_flags(pki), Spawn{{ns.env()}, {}});
     ASSERT_TRUE(ns.wait_for("READY=1")) << ns.dump() << k.output();
@@ -196,7 +196,7 @@ TEST(Notify, ReadyAfterFirstRoundAndStatusFollowsHealth) {
 
 TEST(Notify, StatusSaysFailClosed) {
     Pki pki;
-    std::string refused = "127.0.0.1:" + std::to_string(free_port());
+    std::string refused = "127.0.0.1:" + std::to_string(refused_port());
     NotifySocket ns;
     Kprism k({refused}, with(tls_flags(pki), {"--fail-mode", "fail-closed"}), Spawn{{ns.env()}, {}});
     ASSERT_TRUE(ns.wait_for("READY=1")) << ns.dump() << k.output();

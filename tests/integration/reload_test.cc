@@ -372,7 +372,7 @@ TEST(ReloadCommand, WrongPidExitsTwoAndSendsNothing) {
 }
 
 TEST(ReloadCommand, NoDaemonExitsTwoAtOnce) {
-    int unused = free_port();
+    int unused = refused_port();
     auto t0 = Clock::now();
     auto r = run({kprism_bin(), "reload", "--health-port", std::to_string(unused), "--pid", "1"});
     EXPECT_EQ(r.code, 2) << r.output;
@@ -595,7 +595,7 @@ TEST(Reload, RemovedEndpointsFreeTheirCheckers) {
     constexpr int kSet = 10, kReloads = 1000;
     std::vector<std::string> set[2];
     for (auto& v : set)
-        for (int i = 0; i < kSet; ++i) v.push_back("127.0.0.1:" + std::to_string(free_port()));  // nothing listens
+        for (int i = 0; i < kSet; ++i) v.push_back("127.0.0.1:" + std::to_string(refused_port()));  // nothing listens
     const std::string tls = "[health]\nclient_cert = \"" + pki.client_pem + "\"\nclient_key = \"" + pki.client_pem +
                             "\"\nca_file = \"" + pki.ca_cert + "\"\ninterval = \"1s\"\ntimeout = \"500ms\"\nfast_interval = \"100ms\"\n";
     auto config = [&](int which) {

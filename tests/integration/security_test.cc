@@ -185,7 +185,7 @@ TEST(Security, NoSecretInLogsStatusOrMetrics) {
     write_file(key, read_file(pki.client_key), 0644);
     Apiserver ready(pki, "ready"), unready(pki, "unready");
     unready.set("500");
-    std::string dead = "127.0.0.1:" + std::to_string(free_port());
+    std::string dead = "127.0.0.1:" + std::to_string(refused_port());
     auto flags = tls_flags(pki, pki.client_cert, key);
     flags.insert(flags.end(), {"--log-level", "debug"});
     Kprism k({ready.addr(), unready.addr(), dead}, flags);
@@ -442,7 +442,7 @@ Hostile hostile(int port, const std::string& req) {
 // clients at once (plus the 40 that hang): kprism answers or closes every connection within the
 // 5 s request deadline, its RSS stays within a few MiB of what it was, and it serves on.
 TEST(Security, AdminSurvivesThousandsOfHostileRequests) {
-    Kprism k({"127.0.0.1:" + std::to_string(free_port())});
+    Kprism k({"127.0.0.1:" + std::to_string(refused_port())});
     ASSERT_EQ(admin(k.admin_port, "/healthz"), "ok\n");
     for (int i = 0; i < 50; ++i) http_get(k.admin_port, "/metrics");  // warm up the allocator
     const long rss_before = rss_kib(k.pid());

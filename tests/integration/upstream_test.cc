@@ -14,7 +14,7 @@
 using namespace it;
 
 namespace {
-std::string refused_endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
+std::string refused_endpoint() { return "127.0.0.1:" + std::to_string(refused_port()); }
 
 }  // namespace
 
