@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <ctime>
 
 #include "kprism/base/address.h"
@@ -173,8 +174,14 @@ void AdminConnection::accept(Admin& admin, uv_stream_t* listener) {
         c->close("accept failed");
         return;
     }
-    c->read_arrived();
-    if (c->closing_) return;
+    if (uint64_t now = uv_now(loop); admin.reads_at_accept_ms_ != now) {
+        admin.reads_at_accept_ms_ = now;
+        admin.reads_at_accept_ = 0;
+    }
+    if (admin.reads_at_accept_++ < Admin::kMaxConnections) {
+        c->read_arrived();
+        if (c->closing_) return;
+    }
     if (admin.live_ > Admin::kMaxConnections) make_room(admin, c);
     uv_timer_start(&c->timer_, on_timer, Admin::kRequestTimeoutMs, 0);
     uv_read_start(c->stream(), on_alloc, on_read);
@@ -189,23 +196,23 @@ void AdminConnection::read_arrived() {
     ssize_t n = ::recv(fd, rbuf_, sizeof rbuf_, MSG_DONTWAIT);
     if (n > 0) on_bytes(rbuf_, static_cast<size_t>(n));
     else if (n == 0) close("client closed before a complete request");
-    // EAGAIN (nothing yet) and errors: the reads that follow see them.
+    else if (errno != EAGAIN && errno != EWOULDBLOCK) close("read error");
 }
 
 // Lower goes first. 0: no complete request head and nothing waiting to be read, kIdleAfterMs
 // after accept (idle, or a head that trickles in): it holds its place for nothing. 1: answered
-// (the answer is written or being written to a client that may not read it). 2: no complete head
-// yet, but bytes are waiting in the socket, or none yet from a connection accepted this moment:
-// likely a prober, accepted in the same burst as others, whose head is read next or is on its way.
+// (the answer is written or being written to a client that may not read it). 2: nothing yet from
+// a connection accepted this moment: its request may be on its way. 3: no complete head yet, but
+// bytes are waiting in the socket: likely a prober accepted in the same burst as others, whose
+// head is read next.
 int AdminConnection::eviction_rank() {
     if (answered_) return 1;
-    if (uv_now(tcp_.loop) - started_ms_ < Admin::kIdleAfterMs) return 2;
     uv_os_fd_t fd;
     int waiting = 0;
     if (uv_fileno(reinterpret_cast<uv_handle_t*>(&tcp_), &fd) == 0 && ioctl(fd, FIONREAD, &waiting) == 0 &&
         waiting > 0)
-        return 2;
-    return 0;
+        return 3;
+    return uv_now(tcp_.loop) - started_ms_ < Admin::kIdleAfterMs ? 2 : 0;
 }
 
 // Closing the newcomer instead would let any local process that holds the table (idle
@@ -214,7 +221,7 @@ int AdminConnection::eviction_rank() {
 // ioctl per connection in the table, only while it is full.
 void AdminConnection::make_room(Admin& admin, AdminConnection* keep) {
     AdminConnection* victim = nullptr;
-    int best = 3;
+    int best = 4;
     admin.conns_.for_each([&](AdminConnection* c) {  // newest first: `<=` keeps the oldest of a rank
         if (c == keep || c->closing_) return;
         if (int r = c->eviction_rank(); r <= best) {

@@ -34,8 +34,8 @@ std::string serialize(const AdminResponse& r, bool head_only);
 // so the Admin must outlive the loop run (it does: the Server is destroyed after the loop returns).
 class Admin final : public AdminEndpoint {
 public:
-    // Beyond, a new connection takes the place of an older one (AdminConnection::make_room): the
-    // oldest that has not sent a complete request head, so a prober always gets in.
+    // Beyond, a new connection takes the place of an older one (AdminConnection::make_room, which
+    // gives the order): idle ones first, those with a request waiting last, so a prober gets in.
     static constexpr size_t kMaxConnections = 64;
     static constexpr uint64_t kRequestTimeoutMs = 5000;  // the whole request head, from accept
     static constexpr uint64_t kLingerMs = 1000;        // reading what the client still sends after the answer
@@ -67,6 +67,11 @@ private:
     std::string name_;
     IntrusiveList<AdminConnection> conns_;  // every connection until its last close callback
     size_t live_ = 0;                       // of those, not yet closing: at most kMaxConnections
+    // Requests read at accept (AdminConnection::read_arrived) in the loop turn of uv_now() ==
+    // reads_at_accept_ms_: at most kMaxConnections, so that a flood of connections cannot keep
+    // libuv's accept loop rendering answers while the data path waits.
+    uint64_t reads_at_accept_ms_ = 0;
+    size_t reads_at_accept_ = 0;
 };
 
 }  // namespace kprism
