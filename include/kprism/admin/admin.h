@@ -67,11 +67,6 @@ private:
     std::string name_;
     IntrusiveList<AdminConnection> conns_;  // every connection until its last close callback
     size_t live_ = 0;                       // of those, not yet closing: at most kMaxConnections
-    // Requests read at accept (AdminConnection::read_arrived) in the loop turn of uv_now() ==
-    // reads_at_accept_ms_: at most kMaxConnections, so that a flood of connections cannot keep
-    // libuv's accept loop rendering answers while the data path waits.
-    uint64_t reads_at_accept_ms_ = 0;
-    size_t reads_at_accept_ = 0;
 };
 
 }  // namespace kprism
