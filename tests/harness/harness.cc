@@ -48,15 +48,22 @@ static int ephemeral_low() {
     return f >> low ? low : 0;
 }
 
-static bool binds(int port) {
+// A TCP socket bound to 127.0.0.1:port (not listening), or -1.
+static int bound_socket(int port) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = htons(static_cast<uint16_t>(port));
-    bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
     ::close(fd);
-    return ok;
+    return -1;
+}
+
+static bool binds(int port) {
+    int fd = bound_socket(port);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
 }
 
 int free_port() {
@@ -88,16 +95,8 @@ int free_port() {
 }
 
 int refused_port() {
-    for (;;) {
-        int port = free_port();
-        int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons(static_cast<uint16_t>(port));
-        if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return port;  // fd kept open
-        ::close(fd);
-    }
+    for (;;)
+        if (int port = free_port(); bound_socket(port) >= 0) return port;  // the socket is kept open
 }
 
 static std::string env_or(const char* name, const char* def) {
