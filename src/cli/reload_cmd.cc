@@ -21,6 +21,9 @@
 
 namespace kprism {
 
+// The most of the daemon's reload outcome (its changes or its error) printed, in characters.
+constexpr size_t kReloadTextMax = 2000;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -122,14 +125,16 @@ int reload_command(const CommandLine& cl) {
         if (r == FetchStatus::ok && now.has_reload && now.reload.generation > before.reload.generation) {
             if (now.reload.last_result == "ok") {
                 fmt::print("kprism reload: configuration reloaded: {}\n",
-                           now.reload.last_changes.empty() ? "none" : now.reload.last_changes);
+                           now.reload.last_changes.empty() ? "none" : terminal_cell(now.reload.last_changes, kReloadTextMax));
                 return kReloadOk;
             }
             if (now.draining)  // nothing keeps serving for long: say what happened, not "rejected"
                 return fail(kReloadRejected, "reload not applied: {}",
-                            now.reload.last_error.empty() ? "kprism is shutting down" : now.reload.last_error);
+                            now.reload.last_error.empty() ? "kprism is shutting down"
+                                                          : terminal_cell(now.reload.last_error, kReloadTextMax));
             return fail(kReloadRejected, "reload failed; the old configuration keeps serving: {}",
-                        now.reload.last_error.empty() ? "no reason given" : now.reload.last_error);
+                        now.reload.last_error.empty() ? "no reason given"
+                                                    : terminal_cell(now.reload.last_error, kReloadTextMax));
         }
         if (r != FetchStatus::ok && daemon.signal(0) == ESRCH)
             return fail(kReloadError, "kprism (pid {}) exited during the reload", pid);

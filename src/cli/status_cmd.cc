@@ -172,26 +172,54 @@ bool http_fetch(const std::string& host, uint16_t port, const std::string& path,
     return true;
 }
 
-std::string error_cell(std::string_view error, size_t max) {
-    auto lower = [](unsigned char c) { return static_cast<char>(std::tolower(c)); };
-    std::string low(error.size(), ' ');
-    std::transform(error.begin(), error.end(), low.begin(), lower);
-    bool html = false;
-    for (const char* tag : {"<html", "<!doctype", "<head", "<body", "<title", "<center", "<h1", "<p>"})
-        html = html || low.find(tag) != std::string::npos;
-    // Tags become spaces, every control character and run of white space one space.
+namespace {
+
+// The length of the UTF-8 sequence at s[i] and the code point it spells; 0 if it is not one
+// (a stray continuation byte, a truncated or overlong sequence, a surrogate, beyond U+10FFFF).
+size_t utf8_at(std::string_view s, size_t i, uint32_t& cp) {
+    auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    const unsigned char c = b(0);
+    size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return 0;
+    cp = n == 1 ? c : c & (0x7f >> n);
+    for (size_t k = 1; k < n; ++k) {
+        if ((b(k) & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (b(k) & 0x3f);
+    }
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+// Code points a terminal acts on or that reorder or break the line: shown as a space.
+bool blank_code_point(uint32_t cp) {
+    return cp <= ' ' || (cp >= 0x7f && cp <= 0x9f) || cp == 0x200e || cp == 0x200f || (cp >= 0x2028 && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069) || cp == 0x061c || cp == 0xfeff;
+}
+
+// One printable line: every run of blanks (above) one space, none at either end, invalid UTF-8
+// '?'; `in_tag` drops the tags of an HTML page.
+std::string flatten(std::string_view text, bool html) {
     std::string flat;
     bool in_tag = false;
-    for (char ch : error) {
-        auto c = static_cast<unsigned char>(ch);
-        if (html && c == '<') in_tag = true;
-        bool blank = in_tag || c <= ' ' || c == 0x7f;
-        if (html && c == '>') in_tag = false;
-        if (!blank) flat += ch;
+    for (size_t i = 0; i < text.size();) {
+        uint32_t cp = 0;
+        size_t n = utf8_at(text, i, cp);
+        if (html && cp == '<') in_tag = true;
+        const bool blank = n != 0 && (in_tag || blank_code_point(cp));
+        if (html && cp == '>') in_tag = false;
+        if (n == 0) flat += '?';
+        else if (!blank) flat.append(text.substr(i, n));
         else if (!flat.empty() && flat.back() != ' ') flat += ' ';
+        i += n == 0 ? 1 : n;
     }
     while (!flat.empty() && flat.back() == ' ') flat.pop_back();
-    // Cut by characters (UTF-8 continuation bytes do not count), never inside one.
+    return flat;
+}
+
+// Cut by characters (UTF-8 continuation bytes do not count), never inside one, at the end of a
+// word when one ends shortly before, with "..." at the end.
+std::string cut_cell(std::string flat, size_t max) {
     size_t chars = 0, cut = std::string::npos;
     size_t keep = max > 3 ? max - 3 : 0;
     for (size_t i = 0; i < flat.size(); ++i) {
@@ -200,17 +228,30 @@ std::string error_cell(std::string_view error, size_t max) {
         if (++chars > max) break;
     }
     if (chars <= max) return flat;
-    // At the end of a word when one ends shortly before.
     if (size_t space = flat.rfind(' ', cut); space != std::string::npos && space > 0 && cut - space <= 16) cut = space;
     flat.resize(cut);
     while (!flat.empty() && flat.back() == ' ') flat.pop_back();
     return flat + "...";
 }
 
+}  // namespace
+
+std::string error_cell(std::string_view error, size_t max) {
+    auto lower = [](unsigned char c) { return static_cast<char>(std::tolower(c)); };
+    std::string low(error.size(), ' ');
+    std::transform(error.begin(), error.end(), low.begin(), lower);
+    bool html = false;
+    for (const char* tag : {"<html", "<!doctype", "<head", "<body", "<title", "<center", "<h1", "<p>"})
+        html = html || low.find(tag) != std::string::npos;
+    return cut_cell(flatten(error, html), max);
+}
+
+std::string terminal_cell(std::string_view text, size_t max) { return cut_cell(flatten(text, false), max); }
+
 std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color) {
     size_t up = 0;
     for (const auto& u : d.upstreams) up += u.state == "up";
-    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}{}\n", d.version, up,
+    std::string out = fmt::format("kprism {}: {} of {} upstreams up, {} connection{}{}{}{}\n", terminal_cell(d.version, 64), up,
                                   d.upstreams.size(), d.connections_active, d.connections_active == 1 ? "" : "s",
                                   d.fail_open ? ", no upstream ready" : "",
                                   d.condition == "no-etcd-quorum" ? ", no etcd quorum" : "",
@@ -234,13 +275,21 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
         std::string err = error_cell(u.last_error);
         // The failing checks, from a daemon-bounded list, made one printable cell here as well.
         std::string checks = u.failing_checks.empty() ? "-" : error_cell(u.failing_checks.str());
-        rows.push_back({u.address, u.zone.empty() ? "-" : u.zone, error_cell(u.source, 16), u.state, u.last_result.empty() ? "-" : u.last_result,
+        rows.push_back({terminal_cell(u.address, 80), u.zone.empty() ? "-" : terminal_cell(u.zone, 64),
+                        terminal_cell(u.source, 16), terminal_cell(u.state, 16),
+                        u.last_result.empty() ? "-" : terminal_cell(u.last_result, 32),
                         checks, u.rtt_ms >= 0 ? fmt::format("{:.1f}ms", u.rtt_ms) : "-",
                         fmt::format("{}", u.active_connections), since, err});
     }
+    // Widths in characters: a cell is valid UTF-8 by now, its continuation bytes take no column.
+    auto columns = [](const std::string& cell) {
+        return static_cast<size_t>(std::count_if(cell.begin(), cell.end(), [](char c) {
+            return (static_cast<unsigned char>(c) & 0xc0) != 0x80;
+        }));
+    };
     std::vector<size_t> width(rows[0].size(), 0);
     for (const auto& r : rows)
-        for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+        for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], columns(r[i]));
     for (size_t n = 0; n < rows.size(); ++n) {
         std::string line;
         for (size_t i = 0; i < rows[n].size(); ++i) {
@@ -248,7 +297,7 @@ std::string render_status_table(const StatusDoc& d, int64_t now_unix, bool color
             bool last = i + 1 == rows[n].size();
             if (color && n > 0 && i == 3) line += fmt::format("{}{}\x1b[0m", colour_of(cell), cell);
             else line += cell;
-            if (!last) line += std::string(width[i] - cell.size() + 2, ' ');
+            if (!last) line += std::string(width[i] - columns(cell) + 2, ' ');
         }
         while (!line.empty() && line.back() == ' ') line.pop_back();
         out += line + "\n";

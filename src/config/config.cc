@@ -385,6 +385,8 @@ void walk_table(const toml::table& t, const std::string& prefix, std::string_vie
     for (auto&& [k, v] : t) {
         std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
         std::string where = loc(file, k.source().begin.line ? k.source() : v.source());
+        // A suggestion costs an edit distance to every key: only for the errors that are shown.
+        const bool suggest = errors.size() < kMaxConfigErrors;
         if (v.is_table()) {
             if (const OptionDef* scalar = find_key(key)) {
                 errors.push_back(fmt::format("{}: {}: want {}, not a table", where, key, type_name(*scalar)));
@@ -392,10 +394,12 @@ void walk_table(const toml::table& t, const std::string& prefix, std::string_vie
             }
             if (!is_section(key)) {
                 errors.push_back(
-                    fmt::format("{}: unknown section [{}]{}", where, key, did_you_mean(key, [](auto& o) {
+                    fmt::format("{}: unknown section [{}]{}", where, key,
+                                suggest ? did_you_mean(key, [](auto& o) {
                                     std::string k2 = o.key;
                                     return k2.substr(0, k2.find('.'));
-                                })));
+                                })
+                                        : ""));
                 continue;
             }
             walk_table(*v.as_table(), key, file, s, origin, errors);
@@ -410,7 +414,8 @@ void walk_table(const toml::table& t, const std::string& prefix, std::string_vie
         }
         if (!o) {
             errors.push_back(fmt::format("{}: unknown key '{}'{}", where, key,
-                                         did_you_mean(key, [](auto& od) { return std::string(od.key); })));
+                                         suggest ? did_you_mean(key, [](auto& od) { return std::string(od.key); })
+                                                 : ""));
             continue;
         }
         std::string err;
@@ -452,7 +457,13 @@ void validate(Config& c, std::vector<std::string>& errors) {
     if (s.endpoints.empty())
         errors.push_back("no endpoints configured: pass --endpoints host:port,... or set endpoints = [...] in the "
                          "config file");
+    // A list far past the limit is refused as a whole: its entries are not read one by one (the
+    // duplicate check below compares each with those before it).
+    if (s.endpoints.size() > kMaxListEntries)
+        fail("endpoints", fmt::format("{} endpoints configured; at most {} are supported", s.endpoints.size(),
+                                      kMaxUpstreams));
     for (const auto& e : s.endpoints) {
+        if (s.endpoints.size() > kMaxListEntries) break;
         Endpoint ep;
         std::string err;
         if (!parse_host_port(e, ep.addr, &err)) {
@@ -475,12 +486,16 @@ void validate(Config& c, std::vector<std::string>& errors) {
     next:;
     }
 
-    if (c.endpoints.size() > kMaxUpstreams)
+    if (c.endpoints.size() > kMaxUpstreams && s.endpoints.size() <= kMaxListEntries)
         fail("endpoints", fmt::format("{} endpoints configured; at most {} are supported", c.endpoints.size(),
                                       kMaxUpstreams));
 
     if (s.bind_address.empty()) fail("bind_address", "no listen address");
+    if (s.bind_address.size() > kMaxListEntries)
+        fail("bind_address", fmt::format("{} listen addresses; at most {} are supported", s.bind_address.size(),
+                                         kMaxListEntries));
     for (const auto& a : s.bind_address) {
+        if (s.bind_address.size() > kMaxListEntries) break;
         sockaddr_storage ss;
         if (!is_ip_literal(a, ss, static_cast<uint16_t>(s.bind_port))) {
             fail("bind_address", fmt::format("'{}' is not an IP address", a));
@@ -517,7 +532,11 @@ void validate(Config& c, std::vector<std::string>& errors) {
                                               e.addr.str()));
         }
     }
+    if (s.discovery_allowed_cidrs.size() > kMaxListEntries)
+        fail("discovery.allowed_cidrs", fmt::format("{} CIDRs; at most {} are supported",
+                                                    s.discovery_allowed_cidrs.size(), kMaxListEntries));
     for (const auto& text : s.discovery_allowed_cidrs) {
+        if (s.discovery_allowed_cidrs.size() > kMaxListEntries) break;
         Cidr cidr;
         std::string err;
         if (!parse_cidr(text, cidr, &err)) fail("discovery.allowed_cidrs", err);
@@ -717,8 +736,8 @@ static bool finish(const CommandLine& cl, Config& c, std::vector<std::string>& e
 }
 
 
-bool load_config_text(std::string_view text, std::string_view name, const CommandLine& cl, Config& out,
-                      std::vector<std::string>& errors) {
+static bool load_config_text_whole(std::string_view text, std::string_view name, const CommandLine& cl, Config& out,
+                                   std::vector<std::string>& errors) {
     Config c;
     c.config_file = std::string(name);
     std::optional<toml::table> t = parse_toml(text, name, errors);
@@ -729,6 +748,23 @@ bool load_config_text(std::string_view text, std::string_view name, const Comman
     return true;
 }
 
+// At most kMaxConfigErrors of the errors since `first` are kept, and a line that counts the rest:
+// a file of thousands of wrong lines gets a short answer, in the log and in /status alike.
+static void cap_errors(std::vector<std::string>& errors, size_t first) {
+    if (errors.size() - first <= kMaxConfigErrors) return;
+    const size_t more = errors.size() - first - kMaxConfigErrors;
+    errors.resize(first + kMaxConfigErrors);
+    errors.push_back(fmt::format("... and {} more error{}", more, more == 1 ? "" : "s"));
+}
+
+bool load_config_text(std::string_view text, std::string_view name, const CommandLine& cl, Config& out,
+                      std::vector<std::string>& errors) {
+    const size_t first = errors.size();
+    const bool ok = load_config_text_whole(text, name, cl, out, errors);
+    cap_errors(errors, first);
+    return ok;
+}
+
 bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& errors) {
     if (cl.config_file.empty()) {
         Config c;
@@ -736,23 +772,33 @@ bool load_config(const CommandLine& cl, Config& out, std::vector<std::string>& e
         out = std::move(c);
         return true;
     }
-    struct stat st;
-    if (::stat(cl.config_file.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    struct stat st {};
+    const bool known = ::stat(cl.config_file.c_str(), &st) == 0;
+    if (known && !S_ISREG(st.st_mode)) {
         errors.push_back(fmt::format("{}: cannot read config file: not a regular file", cl.config_file));
         return false;
     }
+    auto too_large = [&](std::string_view size) {
+        errors.push_back(fmt::format("{}: config file is {} bytes; the limit is {} bytes (64 KiB)", cl.config_file, size,
+                                     kMaxConfigFileBytes));
+        return false;
+    };
+    if (known && static_cast<uint64_t>(st.st_size) > kMaxConfigFileBytes) return too_large(std::to_string(st.st_size));
     std::ifstream f(cl.config_file, std::ios::binary);
     if (!f) {
         errors.push_back(fmt::format("{}: cannot read config file: {}", cl.config_file, std::strerror(errno)));
         return false;
     }
-    std::stringstream ss;
-    ss << f.rdbuf();
+    // At most one byte past the limit, whatever the size said a moment ago (a file still growing).
+    std::string text(kMaxConfigFileBytes + 1, '\0');
+    f.read(text.data(), static_cast<std::streamsize>(text.size()));
     if (f.bad()) {
         errors.push_back(fmt::format("{}: cannot read config file: {}", cl.config_file, std::strerror(errno)));
         return false;
     }
-    return load_config_text(ss.str(), cl.config_file, cl, out, errors);
+    text.resize(static_cast<size_t>(f.gcount()));
+    if (text.size() > kMaxConfigFileBytes) return too_large("more than " + std::to_string(kMaxConfigFileBytes));
+    return load_config_text(text, cl.config_file, cl, out, errors);
 }
 
 OwnListeners configured_listeners(const Config& c) {

@@ -551,8 +551,9 @@ class Chaos:
         w = self.w
         out = [("chaos-hostile-listener", ["127.0.0.1", "0.0.0.0"], w.kport),
                ("chaos-hostile-admin", ["127.0.0.1"], w.aport),
-               ("chaos-hostile-garbage", ["not-an-address", "127.0.0.1.1", "::zz", "0.0.0.0", "255.255.255.255"], w.port)]
-        if self.netns:  # unreachable inside the test's own network namespace only
+               ("chaos-hostile-garbage", ["not-an-address", "127.0.0.1.1", "::zz", "0.0.0.0",
+                                            "255.255.255.255"], w.port)]  # off-host: broadcast, refused
+        if self.netns:  # off-host: sent only into the test's own network namespace, where they are unreachable
             out.append(("chaos-hostile-offhost", ["169.254.169.254", "224.0.0.1", "239.255.255.250"], w.port))
         return out
 
@@ -714,6 +715,7 @@ def in_netns():
         r = subprocess.run(["unshare", "--net", "--fork", "--kill-child", sys.executable, os.path.abspath(__file__),
                             *sys.argv[1:]], env=env)
         sys.exit(r.returncode)
+    # off-host: a message, and the reason these addresses are left out here
     print("chaos: note: not root or no unshare/iptables: running on the host's loopback; blackholes and "
           "off-host hostile addresses (169.254.169.254, multicast) are skipped", flush=True)
     os.environ["CHAOS_NETNS"] = "0"

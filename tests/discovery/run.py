@@ -1051,13 +1051,15 @@ class Run:
             check(again, "o: named again after its slice was deleted: one more warning",
                   str(n.count("discovery: address refused")))
             # Without discovery.allowed_cidrs: loopback, link-local and multicast addresses are refused.
+            # off-host: refused by kprism's address rules and never connected (the check below)
             self.pl.post_slice("kprism-test-refused", "IPv4", ["169.254.169.254", "224.0.0.1"], 80)
             plain = Node(self, "o-default", [a1.endpoint], allow_loopback=False)
             alone = not wait_until(lambda: len(plain.ups()) > 1, 6, 0.1)
             check(alone and plain.wait_ups({a1.endpoint: ("static", "up")}, 10),
                   f"o: by default no loopback, link-local or multicast address is admitted ({plain.brief()})")
             log = plain.log()
-            for addr, why in ((a2.endpoint, "loopback address"), ("169.254.169.254:80", "link-local address"),
+            for addr, why in ((a2.endpoint, "loopback address"),
+                              ("169.254.169.254:80", "link-local address"),  # off-host: as above
                               ("224.0.0.1:80", "multicast address"), (me, "loopback address")):
                 hits = [ln for ln in log.splitlines() if "discovery: address refused" in ln and f"address={addr} " in ln]
                 check(len(hits) == 1 and why in hits[0], f"o: {addr} refused once as {why!r} ({hits})")

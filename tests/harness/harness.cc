@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -258,6 +259,20 @@ static std::vector<std::string> kprism_args(const std::vector<std::string>& endp
     }
     for (auto& e : extra) a.push_back(e);
     return a;
+}
+
+ConfigFile::ConfigFile() {
+    char tmpl[] = "/tmp/kprism-config-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd >= 0) ::close(fd);
+    path = tmpl;
+}
+
+ConfigFile::~ConfigFile() { unlink(path.c_str()); }
+
+void ConfigFile::write(const std::string& text) {
+    std::ofstream(path + ".tmp") << text;
+    std::rename((path + ".tmp").c_str(), path.c_str());
 }
 
 Kprism::Kprism(const std::vector<std::string>& endpoints, std::vector<std::string> extra, Spawn spawn, int p,

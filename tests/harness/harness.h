@@ -74,6 +74,17 @@ struct Result {
 };
 Result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 10000ms);
 
+// A configuration file in /tmp, removed with the object; write() replaces it whole (a rename),
+// so a reload never reads half a file.
+struct ConfigFile {
+    ConfigFile();
+    ~ConfigFile();
+    ConfigFile(const ConfigFile&) = delete;
+    ConfigFile& operator=(const ConfigFile&) = delete;
+    void write(const std::string& text);
+    std::string path;
+};
+
 // kprism on a free port in front of `endpoints`, started and waited for.
 class Kprism : public Process {
 public:

@@ -117,7 +117,7 @@ const char* kEp = "--endpoints";
 
 std::string many_endpoints(int n) {
     std::string s;
-    for (int i = 1; i <= n; ++i) s += (i > 1 ? "," : "") + std::string("10.0.0.") + std::to_string(i) + ":6443";
+    for (int i = 1; i <= n; ++i) s += (i > 1 ? "," : "") + std::string("127.0.0.") + std::to_string(i) + ":6443";
     return s;
 }
 }  // namespace
@@ -196,10 +196,12 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
         {"empty key path", {kEp, ep, "--client-key", ""}, "", 1, "--client-key: health.client_key: must not be empty"},
         {"empty CA path", {kEp, ep, "--ca-file="}, "", 1, "--ca-file: health.ca_file: must not be empty"},
         // Endpoints.
+        // off-host: rejected before start, as are the next four entries: nothing is connected to
         {"IPv6 endpoint without brackets", {kEp, "fd00::1:6443"}, "", 1,
          "invalid address 'fd00::1:6443': IPv6 addresses need brackets, e.g. [fd00::1]:6443"},
-        {"endpoint without port", {kEp, "10.0.0.1"}, "", 1,
-         "invalid address '10.0.0.1': missing port (want host:port)"},
+        {"endpoint without port", {kEp, "127.0.0.9"}, "", 1,
+         "invalid address '127.0.0.9': missing port (want host:port)"},
+        // off-host: rejected before start
         {"IPv6 endpoint without port", {kEp, "[fd00::1]"}, "", 1,
          "invalid address '[fd00::1]': want [ipv6]:port"},
         {"endpoint port 0", {kEp, "127.0.0.1:0"}, "", 1, "port 0 out of range 1-65535"},
@@ -208,6 +210,7 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
          "'10.0.0.256' is not an IP address or hostname"},
         {"endpoint, bad hostname", {kEp, "a..b:6443"}, "", 1, "'a..b' is not an IP address or hostname"},
         {"duplicate endpoint", {kEp, "127.0.0.1:1,127.0.0.1:1"}, "", 1, "duplicate endpoint '127.0.0.1:1'"},
+        // off-host: rejected before start
         {"duplicate IPv6 endpoint spelled differently", {kEp, "[fd00::1]:6443,[fd00:0::1]:6443"}, "", 1,
          "duplicate endpoint '[fd00:0::1]:6443'"},
         {"duplicate hostname endpoint in another case", {kEp, "API.example:6443,api.example:6443"}, "", 1,
@@ -286,16 +289,21 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
         {"timeout vs interval in the file", {"--config", "@FILE"},
          "endpoints = [\"127.0.0.1:1\"]\n[health]\ntimeout = \"3s\"\ninterval = \"2s\"\n", 1,
          ":3: health.timeout: 3s must be shorter than health.interval (2s) (the other value is from "},
+        // off-host: a listen address, refused before start: nothing is connected to
         {"non-loopback in the file", {"--config", "@FILE"}, "endpoints = [\"127.0.0.1:1\"]\nbind_address = [\"10.0.0.5\"]\n",
          1, ":2: bind_address: '10.0.0.5' is not a loopback address"},
+        {"file over the size limit", {"--config", "@FILE"}, std::string(64 * 1024 + 1, '#'), 1,
+         "config file is 65537 bytes; the limit is 65536 bytes (64 KiB)"},
         // Valid, but cannot start: exit status 2.
         {"listen port in use", {kEp, ep, "--bind-port", "@TAKEN"}, "", 2,
          "cannot listen on 127.0.0.1:@BIND: address already in use"},
         {"admin port in use", {kEp, ep, "--health-port", "@TAKEN"}, "", 2,
          "cannot listen on the admin address 127.0.0.1:@ADMIN (health.bind_address, health.port): address already "
          "in use"},
+        // off-host: listen addresses this host does not have (TEST-NET-1): bind fails, nothing is sent
         {"address not on this host", {kEp, ep, "--allow-non-loopback", "--bind-address", "192.0.2.1"}, "", 2,
          "cannot listen on 192.0.2.1:@BIND: address not available"},
+        // off-host: as above
         {"admin address not on this host", {kEp, ep, "--allow-non-loopback", "--health-bind-address", "192.0.2.1"},
          "", 2, "cannot listen on the admin address 192.0.2.1:@ADMIN"},
         {"passed fd not listening", {kEp, ep}, "", 2, "is not listening", Extra::fd_not_listening},
@@ -390,10 +398,10 @@ TEST(Lifecycle, BadConfigurationsExitOneWithMessage) {
 }
 
 TEST(Lifecycle, CheckPrintsEffectiveConfig) {
-    std::string file = write_file("endpoints = [\"10.0.0.1:6443\", \"[fd00::1]:6443\"]\n[health]\ninterval = \"2s\"\n");
+    std::string file = write_file("endpoints = [\"127.0.0.9:6443\", \"[::1]:6443\"]\n[health]\ninterval = \"2s\"\n");
     auto r = run({kprism_bin(), "check", "--config", file, "--health-timeout", "1s"});
     EXPECT_EQ(r.code, 0) << r.output;
-    EXPECT_NE(r.output.find("endpoints = [\"10.0.0.1:6443\", \"[fd00::1]:6443\"]  # " + file + ":1"),
+    EXPECT_NE(r.output.find("endpoints = [\"127.0.0.9:6443\", \"[::1]:6443\"]  # " + file + ":1"),
               std::string::npos)
         << r.output;
     EXPECT_NE(r.output.find("interval = \"2s\"  # " + file + ":3"), std::string::npos) << r.output;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include <nlohmann/json.hpp>
@@ -23,21 +24,6 @@
 using namespace it;
 
 namespace {
-
-struct ConfigFile {
-    ConfigFile() {
-        char tmpl[] = "/tmp/kprism-reload-XXXXXX";
-        int fd = mkstemp(tmpl);
-        ::close(fd);
-        path = tmpl;
-    }
-    ~ConfigFile() { unlink(path.c_str()); }
-    void write(const std::string& text) {
-        std::ofstream(path + ".tmp") << text;
-        std::rename((path + ".tmp").c_str(), path.c_str());
-    }
-    std::string path;
-};
 
 std::string endpoints_toml(const std::vector<std::string>& eps, const std::string& extra = "") {
     std::string list;
@@ -634,4 +620,145 @@ TEST(Reload, RemovedEndpointsFreeTheirCheckers) {
         EXPECT_LE(rss_after, rss_before + 16 * 1024) << "RSS " << rss_before << " -> " << rss_after << " KiB";
     }
     EXPECT_EQ(k.count_output("msg=\"reload failed"), 0u);
+}
+
+namespace {
+
+// Every byte a terminal acts on, and text that would pass for a row of its own: what an impostor
+// on the admin port could put in any string of /status.
+const std::string kHostile =
+    "x\x1b]0;title\x07\x1b]52;c;Y2xpcGJvYXJk\x07\x1b[2J\x1b[H\xc2\x9b" "31m\x9b\xe2\x80\xae"
+    "\r\n127.0.0.1:6443  -  static  up  ready  -  1.0ms  0  1s\n";
+
+// True if `out` holds a control character but '\n', DEL, a C1 control or a bidirectional
+// override (JSON carries no bytes that are not UTF-8); `why` says which and where.
+bool acts_on_terminal(const std::string& out, std::string& why) {
+    for (size_t i = 0; i < out.size(); ++i) {
+        auto c = static_cast<unsigned char>(out[i]);
+        auto next = i + 1 < out.size() ? static_cast<unsigned char>(out[i + 1]) : 0;
+        const char* what = nullptr;
+        if ((c < 0x20 && c != '\n') || c == 0x7f) what = "a control character";
+        else if (c == 0xc2 && next >= 0x80 && next <= 0x9f) what = "a C1 control";
+        else if (c == 0xe2 && next == 0x80 && i + 2 < out.size() && static_cast<unsigned char>(out[i + 2]) == 0xae)
+            what = "a right-to-left override";
+        if (what) {
+            why = std::string(what) + " (byte " + std::to_string(c) + ") at " + std::to_string(i);
+            return true;
+        }
+    }
+    return false;
+}
+
+}  // namespace
+
+// Whatever answers on the admin port while kprism is down is not kprism: `kprism status` and
+// `kprism reload` print every string of its /status flattened (escape sequences, C1 controls,
+// line breaks and bidirectional overrides become one space; bytes that are not UTF-8 '?'), so
+// it can neither drive the operator's terminal nor forge a row.
+TEST(ReloadCommand, StatusAndReloadPrintNothingTheTerminalActsOn) {
+    Process deaf({"/bin/sh", "-c", "trap '' HUP; exec sleep 30"});
+    nlohmann::json up = {{"address", kHostile}, {"zone", kHostile}, {"source", kHostile}, {"state", kHostile},
+                         {"last_result", kHostile}, {"last_error", kHostile}, {"last_change_unix", 1},
+                         {"rtt_ms", 1.0}, {"active_connections", 0}, {"failing_checks", {kHostile}}};
+    std::atomic<int> generation{1};
+    auto doc = [&] {
+        nlohmann::json d = {
+            {"version", kHostile}, {"pid", deaf.pid()}, {"ready", true}, {"fail_open", false}, {"draining", false},
+            {"connections_active", 0},
+            {"credentials", {{"state", kHostile}, {"client_cert", kHostile}, {"subject", kHostile},
+                             {"not_after_unix", nullptr}, {"remaining_seconds", nullptr}}},
+            {"discovery", {{"enabled", true}, {"state", kHostile}, {"via", kHostile}, {"last_error", kHostile},
+                           {"endpoints", 1}, {"snapshot", {{"state", kHostile}}}}},
+            {"reload", {{"generation", generation++}, {"ok", 0}, {"failed", 1}, {"last_result", "failed"},
+                        {"last_error", kHostile}, {"last_changes", kHostile}, {"last_unix", 1}}},
+            {"upstreams", {up, up}}};
+        return d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    };
+    TcpServer admin([&](int fd) {
+        char buf[2048];
+        if (::recv(fd, buf, sizeof buf, 0) <= 0) return;
+        std::string body = doc();
+        std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+        send_all(fd, resp.data(), resp.size());
+    });
+    std::this_thread::sleep_for(100ms);  // the shell has set its trap
+    const std::string port = std::to_string(admin.port());
+    auto st = run({kprism_bin(), "status", "--health-port", port});
+    EXPECT_EQ(st.code, 1) << st.output;  // no upstream whose state is "up"
+    std::string why;
+    EXPECT_FALSE(acts_on_terminal(st.output, why)) << why << "\n" << st.output;
+    // The summary, the certificate, discovery, the header and one line per upstream: no forged row.
+    EXPECT_EQ(std::count(st.output.begin(), st.output.end(), '\n'), 6) << st.output;
+    EXPECT_NE(st.output.find("x ]0;title ]52;c;Y2xpcGJvYXJk [2J [H 31m"), std::string::npos) << st.output;
+    auto rl = run({kprism_bin(), "reload", "--health-port", port, "--pid", std::to_string(deaf.pid()), "--timeout", "2s"});
+    EXPECT_EQ(rl.code, 1) << rl.output;  // the impostor's document says the reload failed
+    EXPECT_FALSE(acts_on_terminal(rl.output, why)) << why << "\n" << rl.output;
+    EXPECT_EQ(std::count(rl.output.begin(), rl.output.end(), '\n'), 1) << rl.output;
+    deaf.signal(SIGKILL);
+}
+
+// Files a reload must refuse without stalling the event loop (rule I5) or growing the daemon:
+// one past kMaxConfigFileBytes (a dump written to the wrong path) is refused unread; a list far
+// past its limit is refused whole, its entries unread (they were compared pairwise: 3.5 s for
+// 3200 endpoints); thousands of wrong keys give kMaxConfigErrors errors and a count of the rest.
+// Each time the old configuration serves and /healthz keeps answering.
+TEST(Reload, HostileFilesAreRefusedWithoutStallingTheLoop) {
+    TcpServer a(TcpServer::echo);
+    ConfigFile cf;
+    const std::string good = endpoints_toml({a.endpoint()});
+    cf.write(good);
+    Kprism k({}, {"--config", cf.path});
+    ASSERT_TRUE(echo_ok(k.port));
+    const long rss_before = rss_kib(k.pid());
+    std::atomic<bool> stop{false};
+    std::atomic<long> slowest_ms{0}, failed{0}, samples{0};
+    std::thread probe([&] {
+        while (!stop) {
+            auto t0 = Clock::now();
+            std::string r = http_get(k.admin_port, "/healthz");
+            long ms = static_cast<long>(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+            if (r.rfind("HTTP/1.1 200", 0) != 0) ++failed;
+            slowest_ms = std::max(slowest_ms.load(), ms);
+            ++samples;
+            std::this_thread::sleep_for(5ms);
+        }
+    });
+    std::string endpoints, keys = "[health]\n";
+    for (int i = 0; i < 3200; ++i)
+        endpoints += std::string(i ? ", " : "") + "\"127.0." + std::to_string(i >> 8) + "." + std::to_string(i & 255) + ":1\"";
+    for (int i = 0; i < 3000; ++i) keys += "k" + std::to_string(i) + " = 1\n";
+    struct Case {
+        const char* what;
+        std::function<void()> write;
+        std::string error;
+    };
+    const std::vector<Case> cases = {
+        {"256 MiB, sparse: as costly as a real one for a reader that reads it all",
+         [&] { ASSERT_EQ(::truncate(cf.path.c_str(), 256L << 20), 0); },
+         "config file is 268435456 bytes; the limit is 65536 bytes (64 KiB)"},
+        {"3200 endpoints in 54 KB", [&] { cf.write("endpoints = [" + endpoints + "]\n"); },
+         "3200 endpoints configured; at most 64 are supported"},
+        {"3000 unknown keys", [&] { cf.write(good + keys); }, "... and 2980 more errors"},
+    };
+    EXPECT_TRUE(eventually([&] { return samples >= 5; })) << "/healthz sampled before the reloads";
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        c.write();
+        EXPECT_FALSE(reload(k));
+        EXPECT_TRUE(k.wait_output(c.error)) << k.output();
+        std::string status = http_get(k.admin_port, "/status");
+        EXPECT_NE(status.find(c.error), std::string::npos);
+        EXPECT_LT(status.size(), 16u * 1024) << "the reload's error in /status is bounded";
+        const long at_reload = samples;
+        EXPECT_TRUE(eventually([&] { return samples >= at_reload + 3; }));
+        EXPECT_TRUE(echo_ok(k.port)) << "the old configuration serves";
+        cf.write(good);
+    }
+    stop = true;
+    probe.join();
+    EXPECT_EQ(failed, 0);
+    EXPECT_LT(slowest_ms, 250) << "the loop stalled (rule I5 allows 100 ms)";
+    const long rss_after = rss_kib(k.pid());
+    EXPECT_LT(rss_after - rss_before, 8 * 1024) << "RSS " << rss_before << " KiB -> " << rss_after << " KiB";
 }

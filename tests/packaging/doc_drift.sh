@@ -206,6 +206,13 @@ check "upstream limit kMaxUpstreams" "$maxup" kprism.toml.5 'At most # endpoints
 kib() { case $1 in *[!0-9]*) echo "$1" ;; *) [ $(($1 % 1024)) = 0 ] && echo $(($1 / 1024)) || echo "$1 B" ;; esac; }
 sec() { case $1 in *[!0-9]*) echo "$1" ;; *) echo $(($1 / $2)) ;; esac; }
 
+# The configuration file's size limit, in bytes, as both pages state it.
+maxcfg=$(code 'kMaxConfigFileBytes\s*=\s*([^;]+);')
+check "config file limit kMaxConfigFileBytes" "$maxcfg" kprism.toml.5 'of at most 64 KiB \(# bytes\)'
+check "config file limit kMaxConfigFileBytes" "$maxcfg" kprism.8 'the limit is # bytes'
+check "list limit kMaxListEntries" "$(code 'kMaxListEntries\s*=\s*([^;]+);')" kprism.toml.5 'A list of more than # entries'
+check "errors reported kMaxConfigErrors" "$(code 'kMaxConfigErrors\s*=\s*([^;]+);')" kprism.toml.5 'at most # errors are reported'
+
 # Hostname endpoints: the addresses used per name, the slots they share, one resolution's bound.
 pername=$(code 'kMaxNameAddresses\s*=\s*([^;]+);')
 check "addresses per hostname kMaxNameAddresses" "$pername $pername" kprism.8 'At most # addresses of one name are used: with more, the first #'

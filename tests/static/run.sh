@@ -68,7 +68,7 @@ if out=$(chroot "$root" /kprism check --endpoints 127.0.0.1:6443 2>&1) && [[ $ou
 else
     bad "chroot: check --endpoints 127.0.0.1:6443" "$out"
 fi
-if out=$(chroot "$root" /kprism check --endpoints '10.0.0.1:6443,[fd00::1]:6443' 2>&1); then
+if out=$(chroot "$root" /kprism check --endpoints '127.0.0.9:6443,[::1]:6443' 2>&1); then
     ok "chroot: IPv4 and IPv6 literal endpoints accepted"
 else
     bad "chroot: IPv4 and IPv6 literal endpoints" "$out"
@@ -90,9 +90,9 @@ fi
 # upstream of its own.
 for cmd in "check" "run"; do
     if [ "$cmd" = check ]; then
-        out=$(chroot "$root" /kprism check --endpoints 10.0.0.1:6443,api.example:6443 2>&1); rc=$?
+        out=$(chroot "$root" /kprism check --endpoints 127.0.0.1:1,api.example:6443 2>&1); rc=$?
     else
-        out=$(timeout 2 chroot "$root" /kprism --endpoints 10.0.0.1:6443,api.example:6443 --bind-port 17945 \
+        out=$(timeout 2 chroot "$root" /kprism --endpoints 127.0.0.1:1,api.example:6443 --bind-port 17945 \
             --health-port 17946 2>&1); rc=$?
         [ "$rc" = 124 ] && rc=0  # ran until stopped
     fi

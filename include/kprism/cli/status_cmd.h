@@ -31,6 +31,11 @@ std::string render_credentials_line(const StatusCredentials& c, bool color);
 // characters with "..." at the end. /status and the logs keep the full text.
 constexpr size_t kErrorCellMax = 64;
 std::string error_cell(std::string_view error, size_t max = kErrorCellMax);
+// Any other text from the admin port as the terminal gets it: one line, every control character
+// (C0, DEL, C1 such as CSI U+009B), the bidirectional overrides and the line separators one
+// space, bytes that are not UTF-8 '?', cut to at most `max` characters with "...". Whatever
+// holds the admin port cannot send escape sequences or forge rows through it.
+std::string terminal_cell(std::string_view text, size_t max);
 
 // GET `path` from host:port (an IP address) over a plain TCP connection, everything within
 // `timeout_ms`; the response is read with HttpResponseParser (whole body, at most

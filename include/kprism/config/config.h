@@ -121,6 +121,16 @@ constexpr size_t kMaxNameAddresses = 16;
 // Addresses read from one DNS answer before the refused ones are skipped and kMaxNameAddresses is
 // applied (a TCP answer can carry thousands; those past this are dropped unread).
 constexpr size_t kMaxNameAnswer = 256;
+// The largest configuration file read (the example, every key with its comment, is 8 KiB).
+// A larger one is refused unread past this, with an error naming the limit: the file is read
+// and parsed on the event loop at a reload, and a dump written to the wrong path must not stall
+// the splice, the checks and /healthz (or grow the daemon by its size).
+constexpr size_t kMaxConfigFileBytes = 64 * 1024;
+// A list setting (endpoints, bind_address, discovery.allowed_cidrs) longer than this is refused
+// whole, its entries unread; each list has its own, lower, limit where one applies (kMaxUpstreams).
+constexpr size_t kMaxListEntries = 256;
+// Errors reported for one configuration, the rest counted in one more line.
+constexpr size_t kMaxConfigErrors = 20;
 
 // Validated configuration. Built only by load_config(); never modified afterwards.
 struct Config {

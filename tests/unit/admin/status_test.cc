@@ -457,6 +457,41 @@ TEST(Status, ErrorCell) {
     EXPECT_EQ(cut, std::string("\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9") + "...");
 }
 
+// Text from the admin port reaches the terminal as one printable line: C0 and C1 controls, DEL,
+// the bidirectional overrides and the line separators are blanks, bytes that are not UTF-8 '?'.
+TEST(Status, TerminalCell) {
+    EXPECT_EQ(terminal_cell("\x1b]0;title\x07ok", 64), "]0;title ok");
+    EXPECT_EQ(terminal_cell("a\xc2\x9b" "31mb", 64), "a 31mb") << "U+009B, CSI as one character";
+    EXPECT_EQ(terminal_cell("a\x9b" "b\xff\xc3", 64), "a?b??") << "not UTF-8";
+    EXPECT_EQ(terminal_cell("\xe2\x80\xae" "evil\xe2\x80\xa8row\xe2\x81\xa6x", 64), "evil row x");
+    EXPECT_EQ(terminal_cell("\xc0\xaf\xed\xa0\x80", 64), "?????") << "overlong and surrogate";
+    EXPECT_EQ(terminal_cell("z\xc3\xa9 \xf0\x9f\x98\x80", 64), "z\xc3\xa9 \xf0\x9f\x98\x80") << "printable UTF-8 kept";
+    EXPECT_EQ(terminal_cell("<b>not html</b>", 64), "<b>not html</b>") << "tags are kept: only error_cell drops them";
+    EXPECT_EQ(terminal_cell(std::string(100, 'a'), 10), "aaaaaaa...");
+}
+
+// Every string of a /status document, hostile, in the table: no byte a terminal acts on, and
+// one line per upstream.
+TEST(Status, TableOfHostileStringsStaysATable) {
+    const std::string bad = "a\x1b[2J\xc2\x9b\r\n127.0.0.1:1  up\n\xe2\x80\xae";
+    StatusDoc d;
+    d.version = bad;
+    for (int i = 0; i < 2; ++i) {
+        StatusUpstream u;
+        u.address = u.zone = u.source = u.state = u.last_result = u.last_error = bad;
+        u.failing_checks.names = {bad};
+        d.upstreams.push_back(u);
+    }
+    std::string t = render_status_table(d, 1, false);
+    EXPECT_EQ(std::count(t.begin(), t.end(), '\n'), 4) << t;
+    for (size_t i = 0; i < t.size(); ++i) {
+        auto c = static_cast<unsigned char>(t[i]);
+        EXPECT_FALSE((c < 0x20 && c != '\n') || c == 0x7f) << i << "\n" << t;
+        EXPECT_FALSE(c == 0xc2 && i + 1 < t.size() && static_cast<unsigned char>(t[i + 1]) <= 0x9f) << i << "\n" << t;
+        EXPECT_FALSE(c == 0xe2 && t.compare(i, 3, "\xe2\x80\xae") == 0) << i << "\n" << t;
+    }
+}
+
 TEST(Status, ReloadCommandLine) {
     const char* argv[] = {"kprism", "reload", "--config", "/etc/kprism/kprism.toml", "--pid", "1119", "--timeout", "5s"};
     CommandLine cl;
