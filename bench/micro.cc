@@ -278,6 +278,49 @@ void BM_ConfigLoadText(benchmark::State& state) {
 }
 BENCHMARK(BM_ConfigLoadText)->Name("Config/load_text/three-control-planes");
 
+// The costliest files a reload parses on the event loop, each just under kMaxConfigFileBytes:
+// what one SIGHUP with a hostile file can stall the loop for (rule I5: /healthz within 100 ms).
+// Each is refused (unknown keys or sections, a list past kMaxListEntries), as such a file would be.
+std::string hostile_config(const std::string& shape) {
+    std::string text = "endpoints = [\"127.0.0.1:1\"]\n";
+    if (shape == "keys") text += "[health]\n";
+    if (shape == "endpoints") text = "endpoints = [";
+    for (size_t i = 0;; ++i) {
+        std::string unit = shape == "tables"      ? fmt::format("[t{}]\nk = \"v\"\n", i)
+                           : shape == "keys"      ? fmt::format("k{} = 1\n", i)
+                           : shape == "dotted"    ? fmt::format("a{}.b.c.d.e = 1\n", i)
+                                                  : fmt::format("\"127.0.{}.{}:1\", ", (i >> 8) & 255, i & 255);
+        if (text.size() + unit.size() + 2 > kMaxConfigFileBytes) break;
+        text += unit;
+    }
+    if (shape == "endpoints") text += "\"127.0.0.1:2\"]\n";
+    return text;
+}
+
+void BM_ConfigHostile(benchmark::State& state, const char* shape) {
+    const std::string text = hostile_config(shape);
+    CommandLine cl;
+    cl.command = Command::check;
+    for (auto _ : state) {
+        Config cfg;
+        std::vector<std::string> errors;
+        bool ok = load_config_text(text, "hostile.toml", cl, cfg, errors);
+        benchmark::DoNotOptimize(ok);
+        benchmark::DoNotOptimize(errors.data());
+        if (ok) {
+            state.SkipWithError("a hostile file was accepted");
+            break;
+        }
+    }
+    state.counters["bytes"] = static_cast<double>(text.size());
+}
+BENCHMARK_CAPTURE(BM_ConfigHostile, tables, "tables")->Name("Config/hostile_64KiB/tables")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConfigHostile, keys, "keys")->Name("Config/hostile_64KiB/keys")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConfigHostile, dotted, "dotted")->Name("Config/hostile_64KiB/dotted")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ConfigHostile, endpoints, "endpoints")
+    ->Name("Config/hostile_64KiB/endpoints")
+    ->Unit(benchmark::kMillisecond);
+
 // Flags: a typical command line, parsed (parse_command_line), then also applied and validated
 // without a file (load_config), which is all `kprism check` does with it.
 const char* const kArgv[] = {"kprism",
