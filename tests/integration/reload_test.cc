@@ -709,8 +709,8 @@ TEST(ReloadCommand, NewTlsFilesThatDoNotLoadAreRefusedAndTheChecksGoOn) {
     EXPECT_EQ(st["reload"]["failed"], 2) << st.dump();
     EXPECT_NE(st["reload"]["last_error"].get<std::string>().find(garbage), std::string::npos) << st.dump();
     EXPECT_EQ(st["credentials"]["client_cert"], pki.client_pem) << st.dump();
-    ASSERT_TRUE(st["credentials"]["subject"].is_string()) << "the certificate in use: " << st.dump();
-    EXPECT_NE(st["credentials"]["subject"].get<std::string>().find("system:node:test"), std::string::npos);
+    EXPECT_NE(st["credentials"]["subject"].dump().find("system:node:test"), std::string::npos)
+        << "the certificate in use: " << st.dump();
 
     // The checks go on: a fails its /readyz, goes down, and the clients go to b only.
     a.set("500");
@@ -739,7 +739,7 @@ TEST(ReloadCommand, NewTlsFilesThatDoNotLoadAreRefusedAndTheChecksGoOn) {
 TEST(Reload, UnchangedTlsFilesKeepTheProbeConnection) {
     Pki pki;
     Apiserver a(pki, "a");
-    const std::string cert = pki.dir + "/kubelet-client-current.pem";
+    const std::string cert = pki.dir + "/kubelet-client.pem";
     spill(cert, slurp(pki.client_pem));
     ConfigFile cf;
     cf.write(endpoints_toml({a.addr()}, tls_toml(cert, cert, pki.ca_cert)));
@@ -785,7 +785,7 @@ TEST(Reload, UnchangedTlsFilesKeepTheProbeConnection) {
 TEST(ReloadCommand, DuringTheTlsBootstrapNewPathsAreTakenBeforeTheirFilesExist) {
     Pki pki;
     Apiserver a(pki, "a");
-    const std::string first = pki.dir + "/wrong-dir.pem", second = pki.dir + "/kubelet-client-current.pem";
+    const std::string first = pki.dir + "/wrong-dir.pem", second = pki.dir + "/kubelet-client-later.pem";
     ConfigFile cf;
     cf.write(endpoints_toml({a.addr()}, tls_toml(first, first, pki.ca_cert)));
     Kprism k({}, {"--config", cf.path});
