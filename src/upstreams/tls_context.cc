@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "kprism/base/log.h"
 
@@ -105,11 +106,12 @@ namespace {
 
 uint64_t next_generation = 0;  // across contexts: a reload's new one never reuses a number
 
-// Appends the SHA-256 of the file's bytes to *out; false and *err when it cannot be read.
-bool digest_file(const std::string& path, std::string* out, std::string* err) {
+// Appends the SHA-256 of the file's bytes to *out; false and *err ("WHAT PATH: cannot read:
+// ...") when it cannot be read.
+bool digest_file(const char* what, const std::string& path, std::string* out, std::string* err) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        *err = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+        *err = fmt::format("{} {}: cannot read: {}", what, path, std::strerror(errno));
         return false;
     }
     EVP_MD_CTX* md = EVP_MD_CTX_new();
@@ -119,7 +121,7 @@ bool digest_file(const std::string& path, std::string* out, std::string* err) {
         ssize_t n = ::read(fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
-            *err = fmt::format("cannot read {}: {}", path, std::strerror(errno));
+            *err = fmt::format("{} {}: cannot read: {}", what, path, std::strerror(errno));
             ok = false;
         }
         if (n <= 0 || !ok) break;
@@ -128,7 +130,7 @@ bool digest_file(const std::string& path, std::string* out, std::string* err) {
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned len = 0;
     if (ok && EVP_DigestFinal_ex(md, d, &len) == 1) out->append(reinterpret_cast<const char*>(d), len);
-    else if (err->empty()) *err = fmt::format("cannot read {}: digest failed", path);
+    else if (err->empty()) *err = fmt::format("{} {}: cannot read: digest failed", what, path);
     EVP_MD_CTX_free(md);
     ::close(fd);
     return ok && len > 0;
@@ -152,8 +154,10 @@ TlsClientContext::Load TlsClientContext::load(uint64_t now_ms) {
         return Load::missing;
     }
     std::string digest, err;
-    for (const std::string* path : {&cert_, &key_, &ca_})
-        if (!digest_file(*path, &digest, &err)) {
+    const std::pair<const char*, const std::string*> files[] = {
+        {"client certificate", &cert_}, {"client key", &key_}, {"CA file", &ca_}};
+    for (const auto& [what, path] : files)
+        if (!digest_file(what, *path, &digest, &err)) {
             error_ = err;
             return Load::failed;
         }

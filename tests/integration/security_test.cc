@@ -68,8 +68,9 @@ const char kKeyWarning[] = "msg=\"client key file is accessible to other users; 
 
 }  // namespace
 
-// A key file that others may read or write is named with its mode at every load (start-up and
-// each reload of the TLS files); 0600 and 0640 are fine. The cert+key-in-one-file form counts
+// A key file that others may read or write is named with its mode at every load (start-up) and
+// every look at the files (a reload, even one that finds their content unchanged); 0600 and 0640
+// are fine. The cert+key-in-one-file form counts
 // as the key file.
 TEST(Security, KeyReadableByOthersIsWarnedAboutAtEveryLoad) {
     Pki pki;
