@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Live reload (SIGHUP): the new configuration is loaded and validated whole, new listeners are
-// bound, and only then is anything changed; a failure at either step keeps the old one in force.
+// Live reload (SIGHUP): the new configuration is loaded and validated whole (with the TLS files of
+// new paths), new listeners are bound, and only then is anything changed; a failure at any step
+// keeps the old one in force.
 #include <fmt/format.h>
 
 #include <algorithm>
