@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Live reload (SIGHUP): the new configuration is loaded and validated whole, new listeners are
-// bound, and only then is anything changed; a failure at either step keeps the old one in force.
+// Live reload (SIGHUP): the new configuration is loaded and validated whole (with the TLS files of
+// new paths), new listeners are bound, and only then is anything changed; a failure at any step
+// keeps the old one in force.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <ctime>
+#include <memory>
 
 #include "kprism/proxy/connection.h"
 #include "kprism/base/log.h"
@@ -56,7 +58,15 @@ void Server::reload() {
         finish_reload(false, "", all.empty() ? std::string("the configuration did not load") : all);
         return;
     }
+    // The TLS files a new path names load now, before anything is applied: files that do not
+    // load refuse the reload whole, and the certificate in use stays (the checks go on with it).
     std::string error, summary;
+    std::unique_ptr<TlsClientContext> tls;
+    if (!control_.prepare_tls(next, tls, error)) {
+        log::error("reload failed; keeping the old configuration", {{"error", error}});
+        finish_reload(false, "", error);
+        return;
+    }
     if (!apply_listeners(next, error, summary)) {
         log::error("reload failed; keeping the old configuration", {{"error", error}});
         finish_reload(false, "", error);
@@ -64,12 +74,13 @@ void Server::reload() {
     }
     // From here on nothing can fail: the new configuration is committed.
     note_own_listeners();  // before the endpoints: a new one may be a listener
-    control_.reconfigure(next, summary);
+    control_.reconfigure(next, std::move(tls), summary);
     keep_restart_only_settings(cfg_, next);
     selection_ = make_policy(next.policy);
     log::set_level(next.log_level);
     log::set_format(next.log_format);
     cfg_ = std::move(next);
+    control_.reload_tls_now(summary);
     apply_listener_tcp_options();
     update_connection_limit();  // max_connections or the number of upstreams may have changed
     std::string changes = summary.empty() ? std::string("none") : summary.substr(1);

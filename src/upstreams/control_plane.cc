@@ -461,18 +461,49 @@ void ControlPlane::close_stranded() {
                        {"spread", format_duration(Duration{static_cast<int64_t>(last - now)})}});
 }
 
-void ControlPlane::reconfigure(const Config& next, std::string& summary) {
-    reconfigure_endpoints(next, summary);
+bool ControlPlane::prepare_tls(const Config& next, std::unique_ptr<TlsClientContext>& fresh, std::string& error) {
     const Settings& now = config().s;
-    if (next.s.client_cert != now.client_cert || next.s.client_key != now.client_key || next.s.ca_file != now.ca_file) {
-        tls_ = std::make_unique<TlsClientContext>(next.s.client_cert, next.s.client_key, next.s.ca_file);
+    if (next.s.client_cert == now.client_cert && next.s.client_key == now.client_key && next.s.ca_file == now.ca_file)
+        return true;  // the same paths: re-read when applied, and a failure there keeps the old ones
+    auto t = std::make_unique<TlsClientContext>(next.s.client_cert, next.s.client_key, next.s.ca_file);
+    if (!t->load_now(uv_now(loop())) && tls_->get()) {
+        error = fmt::format("the new TLS files do not load: {}; the client certificate in use stays",
+                            t->last_error());
+        return false;
+    }
+    fresh = std::move(t);
+    return true;
+}
+
+void ControlPlane::reconfigure(const Config& next, std::unique_ptr<TlsClientContext> fresh, std::string& summary) {
+    reconfigure_endpoints(next, summary);
+    if (!fresh) {
+        tls_->reread();  // SIGHUP also looks at the certificate files (below); the same bytes change nothing
+    } else if (fresh->same_content(*tls_)) {
+        tls_->take_paths(*fresh);
+        summary += " tls_files=same_content";
+        log::info("TLS file paths changed, their content did not; the client certificate in use stays",
+                  {{"cert", next.s.client_cert}, {"key", next.s.client_key}, {"ca", next.s.ca_file}});
+    } else if (fresh->get()) {
+        const bool first = tls_->get() == nullptr;
+        fresh->log_loaded(first, fresh->subject() != tls_->subject() || fresh->not_after() != tls_->not_after());
+        tls_ = std::move(fresh);
         summary += " tls_files=changed";
-    } else {
-        tls_->reread();  // SIGHUP also re-reads the certificates
+    } else {  // the TLS bootstrap: none was in use, and the new paths do not load yet either
+        fresh->log_not_loaded();
+        tls_ = std::move(fresh);
+        summary += " tls_files=not_loaded";
     }
     ups_.node_zone = next.s.zone;
     ups_.rise_fall.rise = static_cast<uint32_t>(next.s.health_rise);
     ups_.rise_fall.fall = static_cast<uint32_t>(next.s.health_fall);
+}
+
+void ControlPlane::reload_tls_now(std::string& summary) {
+    const uint64_t seen = tls_generation_seen_;
+    refresh_tls(uv_now(loop()));
+    if (tls_generation_seen_ != seen && summary.find(" tls_files=") == std::string::npos)
+        summary += " tls_files=reloaded";
 }
 
 // Endpoints kept stay as they are (state, connections); new ones are checked at once (a new

@@ -2,11 +2,17 @@
 // Loading and hot-reloading the client certificate, key and CA for readiness checks.
 #include "kprism/upstreams/tls_context.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/err.h>
+#include <openssl/evp.h>
 #include <openssl/x509.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "kprism/base/log.h"
 
@@ -96,52 +102,146 @@ TlsClientContext::TlsClientContext(std::string cert, std::string key, std::strin
 
 TlsClientContext::~TlsClientContext() { SSL_CTX_free(ctx_); }
 
+namespace {
+
+uint64_t next_generation = 0;  // across contexts: a reload's new one never reuses a number
+
+// Appends the SHA-256 of the file's bytes to *out; false and *err ("WHAT PATH: cannot read:
+// ...") when it cannot be read.
+bool digest_file(const char* what, const std::string& path, std::string* out, std::string* err) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        *err = fmt::format("{} {}: cannot read: {}", what, path, std::strerror(errno));
+        return false;
+    }
+    EVP_MD_CTX* md = EVP_MD_CTX_new();
+    bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), nullptr) == 1;
+    char buf[16384];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            *err = fmt::format("{} {}: cannot read: {}", what, path, std::strerror(errno));
+            ok = false;
+        }
+        if (n <= 0 || !ok) break;
+        ok = EVP_DigestUpdate(md, buf, static_cast<size_t>(n)) == 1;
+    }
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned len = 0;
+    if (ok && EVP_DigestFinal_ex(md, d, &len) == 1) out->append(reinterpret_cast<const char*>(d), len);
+    else if (err->empty()) *err = fmt::format("{} {}: cannot read: digest failed", what, path);
+    EVP_MD_CTX_free(md);
+    ::close(fd);
+    return ok && len > 0;
+}
+
+}  // namespace
+
+// Stamps first, then the bytes, then the build: a file replaced meanwhile shows a new stamp at
+// the next look, and at worst costs one more build.
+TlsClientContext::Load TlsClientContext::load(uint64_t now_ms) {
+    last_check_ms_ = now_ms;
+    stamped_ = true;
+    cert_st_ = FileStamp::of(cert_);
+    key_st_ = FileStamp::of(key_);
+    ca_st_ = FileStamp::of(ca_);
+    missing_.clear();
+    if (!cert_st_.exists || !key_st_.exists || !ca_st_.exists) {
+        missing_ = !cert_st_.exists ? cert_ : !key_st_.exists ? key_ : ca_;
+        const char* what = !cert_st_.exists ? "client certificate" : !key_st_.exists ? "client key" : "CA file";
+        error_ = fmt::format("{} {} does not exist", what, missing_);
+        return Load::missing;
+    }
+    std::string digest, err;
+    const std::pair<const char*, const std::string*> files[] = {
+        {"client certificate", &cert_}, {"client key", &key_}, {"CA file", &ca_}};
+    for (const auto& [what, path] : files)
+        if (!digest_file(what, *path, &digest, &err)) {
+            error_ = err;
+            return Load::failed;
+        }
+    if (ctx_ && digest == digest_) {  // the bytes in use: nothing to build, nothing to drop
+        error_.clear();
+        return Load::same;
+    }
+    std::string subject;
+    int64_t not_after = 0;
+    SSL_CTX* fresh = build(cert_, key_, ca_, &err, &subject, &not_after);
+    if (!fresh) {
+        error_ = err;
+        return Load::failed;
+    }
+    SSL_CTX_free(ctx_);
+    ctx_ = fresh;
+    digest_ = std::move(digest);
+    generation_ = ++next_generation;
+    error_.clear();
+    subject_ = std::move(subject);
+    not_after_ = not_after;
+    return Load::built;
+}
+
+bool TlsClientContext::load_now(uint64_t now_ms) { return load(now_ms) == Load::built; }
+
+void TlsClientContext::take_paths(const TlsClientContext& other) {
+    cert_ = other.cert_;
+    key_ = other.key_;
+    ca_ = other.ca_;
+    cert_st_ = other.cert_st_;
+    key_st_ = other.key_st_;
+    ca_st_ = other.ca_st_;
+    stamped_ = other.stamped_;
+    last_check_ms_ = other.last_check_ms_;
+    error_.clear();
+    missing_.clear();
+}
+
+void TlsClientContext::log_loaded(bool first, bool rotated) const {
+    warn_if_key_exposed(key_);
+    char expiry[32] = "?";
+    time_t na = static_cast<time_t>(not_after_);
+    struct tm tm {};
+    if (gmtime_r(&na, &tm)) strftime(expiry, sizeof expiry, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    log::info(first ? "client certificate loaded" : rotated ? "client certificate rotated" : "TLS files reloaded",
+              {{"cert", cert_}, {"subject", subject_}, {"not_after", expiry}, {"ca", ca_}});
+}
+
+void TlsClientContext::log_not_loaded() const {
+    if (!missing_.empty()) {
+        if (ctx_)
+            log::warn("TLS file vanished; keeping the loaded client certificate", {{"file", missing_}});
+        else
+            log::warn("health checks paused: no client certificate yet (kubelet TLS bootstrap?); connections go "
+                      "to every endpoint until it appears",
+                      {{"missing", missing_}});
+        return;
+    }
+    log::error(ctx_ ? "cannot load new TLS files; keeping the previous ones" : "cannot load TLS files",
+               {{"error", error_}});
+}
+
 SSL_CTX* TlsClientContext::refresh(uint64_t now_ms) {
     if (stamped_ && now_ms - last_check_ms_ < 1000) return ctx_;
     last_check_ms_ = now_ms;
     FileStamp c = FileStamp::of(cert_), k = FileStamp::of(key_), a = FileStamp::of(ca_);
     if (stamped_ && c == cert_st_ && k == key_st_ && a == ca_st_) return ctx_;
-    stamped_ = true;
-    cert_st_ = c;
-    key_st_ = k;
-    ca_st_ = a;
-    if (!c.exists || !k.exists || !a.exists) {
-        std::string missing = !c.exists ? cert_ : !k.exists ? key_ : ca_;
-        error_ = fmt::format("{} does not exist", missing);
-        if (ctx_)
-            log::warn("TLS file vanished; keeping the loaded client certificate", {{"file", missing}});
-        else
-            log::warn("health checks paused: no client certificate yet (kubelet TLS bootstrap?); connections go "
-                      "to every endpoint until it appears",
-                      {{"missing", missing}});
-        return ctx_;
+    const bool first = ctx_ == nullptr, had_error = !error_.empty();
+    const std::string subject = subject_;
+    const int64_t not_after = not_after_;
+    switch (load(now_ms)) {
+    case Load::missing: log_not_loaded(); break;
+    case Load::failed:
+        warn_if_key_exposed(key_);
+        log_not_loaded();
+        break;
+    case Load::same:
+        warn_if_key_exposed(key_);
+        if (had_error)
+            log::info("TLS files load as the certificate in use again", {{"cert", cert_}, {"subject", subject_}});
+        break;
+    case Load::built: log_loaded(first, subject != subject_ || not_after != not_after_); break;
     }
-    warn_if_key_exposed(key_);
-    std::string err, subject;
-    int64_t not_after = 0;
-    SSL_CTX* fresh = build(cert_, key_, ca_, &err, &subject, &not_after);
-    if (!fresh) {
-        error_ = err;
-        log::error(ctx_ ? "cannot load new TLS files; keeping the previous ones" : "cannot load TLS files",
-                   {{"error", err}});
-        return ctx_;
-    }
-    const bool first = ctx_ == nullptr;
-    SSL_CTX_free(ctx_);
-    ctx_ = fresh;
-    static uint64_t next_generation = 0;
-    generation_ = ++next_generation;
-    error_.clear();
-    bool changed_identity = subject != subject_ || not_after != not_after_;
-    subject_ = subject;
-    not_after_ = not_after;
-    char expiry[32] = "?";
-    time_t na = static_cast<time_t>(not_after);
-    struct tm tm {};
-    if (gmtime_r(&na, &tm)) strftime(expiry, sizeof expiry, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    log::info(first ? "client certificate loaded"
-                    : changed_identity ? "client certificate rotated" : "TLS files reloaded",
-              {{"cert", cert_}, {"subject", subject}, {"not_after", expiry}, {"ca", ca_}});
     return ctx_;
 }
 

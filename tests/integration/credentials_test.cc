@@ -5,6 +5,7 @@
 // the gauges show it; a good certificate ends it with one line.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <vector>
@@ -144,7 +145,7 @@ TEST(Credentials, UntrustedFromTheStartFailsOpenEvenFailClosed) {
     EXPECT_NE(k.output().find("expired=false"), std::string::npos);
     EXPECT_EQ(sample(k.admin_port, "kprism_client_certificate_rejected"), "1");
     EXPECT_GT(std::stol(sample(k.admin_port, "kprism_client_certificate_remaining_seconds")), 86400);
-    // A good one replaces it (SIGHUP re-reads the files even if unchanged; here they change).
+    // A good one replaces it: new content at the path, picked up by the checks.
     ASSERT_EQ(::unlink(pki.untrusted_client_pem.c_str()), 0);
     ASSERT_EQ(::link(pki.client_pem.c_str(), pki.untrusted_client_pem.c_str()), 0);
     ASSERT_TRUE(k.wait_output(kLeft, 10000ms)) << k.output();
@@ -177,4 +178,26 @@ TEST(Credentials, TheOddOneOutIsDownNotTheNode) {
     for (int i = 0; i < 4; ++i) EXPECT_NE(through(pki, k.port).find("served by good"), std::string::npos);
     odd.set("200");
     EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + odd.addr() + " was=down", 10000ms)) << k.output();
+}
+
+// A reload that changes nothing TLS-related is no rotation: the condition stays, with no line
+// that it ended, and the rejections go on being noted rather than counted.
+TEST(Credentials, ConditionSurvivesReloadsThatChangeNothing) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b");
+    Kprism k({a.addr(), b.addr()}, flags(pki, pki.untrusted_client_pem));
+    ASSERT_TRUE(k.wait_output(kEntered, 10000ms)) << k.output();
+    for (int i = 1; i <= 3; ++i) {
+        k.signal(SIGHUP);
+        ASSERT_TRUE(eventually([&] { return k.count_output("msg=\"configuration reloaded\"") == static_cast<size_t>(i); }))
+            << k.output();
+    }
+    long before = unauthorized_checks(k.admin_port, a.addr());
+    ASSERT_TRUE(eventually([&] { return unauthorized_checks(k.admin_port, a.addr()) >= before + 2; }, 5000ms))
+        << "checked again since: " << k.output();
+    EXPECT_EQ(k.count_output(kLeft), 0u) << k.output();
+    EXPECT_EQ(k.count_output(kEntered), 1u) << k.output();
+    EXPECT_EQ(sample(k.admin_port, "kprism_client_certificate_rejected"), "1");
+    EXPECT_NE(body_of(http_get(k.admin_port, "/status")).find(R"("credentials":{"state":"rejected")"), std::string::npos);
+    EXPECT_EQ(k.count_output("msg=\"upstream down\""), 0u) << k.output();
 }

@@ -4,13 +4,16 @@
 // `kprism reload` (systemd's ExecReload): its outcome, exit statuses and the /status it reads.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -651,6 +654,42 @@ bool acts_on_terminal(const std::string& out, std::string& why) {
 
 }  // namespace
 
+// The certificate files across a reload. Paths in the file (flags would win over it), the checks
+// quick: an upstream that fails its /readyz is down within a second.
+namespace {
+
+std::string tls_toml(const std::string& cert, const std::string& key, const std::string& ca) {
+    return "[health]\nclient_cert = \"" + cert + "\"\nclient_key = \"" + key + "\"\nca_file = \"" + ca +
+           "\"\ninterval = \"400ms\"\ntimeout = \"350ms\"\nfast_interval = \"100ms\"\n";
+}
+
+std::string slurp(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+void spill(const std::string& path, const std::string& bytes) {
+    std::ofstream(path + ".tmp", std::ios::binary) << bytes;
+    ASSERT_EQ(std::rename((path + ".tmp").c_str(), path.c_str()), 0);
+}
+
+size_t handshakes(const Apiserver& a) { return a.proc->count_output("handshake resumed="); }
+size_t readyz_served(const Apiserver& a) { return a.proc->count_output("request path=/readyz"); }
+
+// Which stand-in served a request sent through kprism with a certificate it accepts ("" if none).
+std::string served_by(const Pki& pki, int port) {
+    auto r = run({"/usr/bin/curl", "-sS", "--cacert", pki.ca_cert, "--cert", pki.client_pem, "--key", pki.client_pem,
+                  "--connect-timeout", "5", "--max-time", "10", "https://127.0.0.1:" + std::to_string(port) + "/x"},
+                 15000ms);
+    const std::string mark = "served by ";
+    auto at = r.output.find(mark);
+    if (r.code != 0 || at == std::string::npos) return "";
+    at += mark.size();
+    return r.output.substr(at, r.output.find(' ', at) - at);
+}
+
+}  // namespace
+
 // Whatever answers on the admin port while kprism is down is not kprism: `kprism status` and
 // `kprism reload` print every string of its /status flattened (escape sequences, C1 controls,
 // line breaks and bidirectional overrides become one space; bytes that are not UTF-8 '?'), so
@@ -761,4 +800,128 @@ TEST(Reload, HostileFilesAreRefusedWithoutStallingTheLoop) {
     EXPECT_LT(slowest_ms, 250) << "the loop stalled (rule I5 allows 100 ms)";
     const long rss_after = rss_kib(k.pid());
     EXPECT_LT(rss_after - rss_before, 8 * 1024) << "RSS " << rss_before << " KiB -> " << rss_after << " KiB";
+}
+
+// A reload naming certificate files that do not load (missing, not PEM) is refused whole: the
+// command exits 1 with the file and the loader's error, /status still shows the certificate in
+// use, and the checks go on with it, so an apiserver that fails afterwards goes down and gets no
+// client. Then files that load are taken.
+TEST(ReloadCommand, NewTlsFilesThatDoNotLoadAreRefusedAndTheChecksGoOn) {
+    Pki pki;
+    Apiserver a(pki, "a"), b(pki, "b");
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.addr(), b.addr()}, tls_toml(pki.client_pem, pki.client_pem, pki.ca_cert)));
+    Kprism k({}, {"--config", cf.path});
+    ASSERT_TRUE(eventually([&] { return k.count_output("msg=\"upstream up\"") == 2; }, 5000ms)) << k.output();
+    const std::string pid = std::to_string(k.pid());
+
+    const std::string missing = pki.dir + "/not-written-yet.pem";
+    cf.write(endpoints_toml({a.addr(), b.addr()}, tls_toml(missing, missing, pki.ca_cert)));
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", pid});
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.output.rfind("kprism reload: reload failed; the old configuration keeps serving: ", 0), 0u) << r.output;
+    EXPECT_NE(r.output.find("client certificate " + missing + " does not exist"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("the client certificate in use stays"), std::string::npos) << r.output;
+
+    const std::string garbage = pki.dir + "/garbage.pem";
+    spill(garbage, "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n");
+    cf.write(endpoints_toml({a.addr(), b.addr()}, tls_toml(garbage, pki.client_pem, pki.ca_cert)));
+    auto g = reload_cmd(k, {"--config", cf.path, "--pid", pid});
+    EXPECT_EQ(g.code, 1) << g.output;
+    EXPECT_NE(g.output.find("client certificate " + garbage + ": error:"), std::string::npos)
+        << "the path and OpenSSL's error: " << g.output;
+
+    nlohmann::json st = status_json(k.admin_port);
+    EXPECT_EQ(st["reload"]["last_result"], "failed") << st.dump();
+    EXPECT_EQ(st["reload"]["failed"], 2) << st.dump();
+    EXPECT_NE(st["reload"]["last_error"].get<std::string>().find(garbage), std::string::npos) << st.dump();
+    EXPECT_EQ(st["credentials"]["client_cert"], pki.client_pem) << st.dump();
+    EXPECT_NE(st["credentials"]["subject"].dump().find("system:node:test"), std::string::npos)
+        << "the certificate in use: " << st.dump();
+
+    // The checks go on: a fails its /readyz, goes down, and the clients go to b only.
+    a.set("500");
+    ASSERT_TRUE(k.wait_output("msg=\"upstream down\" upstream=" + a.addr(), 5000ms)) << k.output();
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(served_by(pki, k.port), "b") << "request " << i;
+    const size_t checks = readyz_served(b);
+    EXPECT_TRUE(eventually([&] { return readyz_served(b) >= checks + 2; }, 3000ms)) << "b is still checked";
+
+    // Files that load are taken: a new identity at a new path.
+    const std::string other = pki.dir + "/other.pem";
+    pki.issue_client(other, "system:node:other");
+    cf.write(endpoints_toml({a.addr(), b.addr()}, tls_toml(other, other, pki.ca_cert)));
+    auto ok = reload_cmd(k, {"--config", cf.path, "--pid", pid});
+    EXPECT_EQ(ok.code, 0) << ok.output;
+    EXPECT_EQ(ok.output, "kprism reload: configuration reloaded: tls_files=changed\n");
+    EXPECT_TRUE(b.proc->wait_output("peer=\"system:node:other\"", 5000ms)) << b.proc->output();
+    nlohmann::json after = status_json(k.admin_port);
+    EXPECT_EQ(after["credentials"]["client_cert"], other) << after.dump();
+    EXPECT_NE(after["credentials"]["subject"].get<std::string>().find("system:node:other"), std::string::npos);
+    EXPECT_TRUE(k.running());
+}
+
+// Reloads that change nothing TLS-related keep every kept probe connection: no new handshake,
+// the probes go on reusing the one connection. Neither does a touched file, the same bytes
+// written anew, or another path to the same bytes.
+TEST(Reload, UnchangedTlsFilesKeepTheProbeConnection) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    const std::string cert = pki.dir + "/kubelet-client.pem";
+    spill(cert, slurp(pki.client_pem));
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.addr()}, tls_toml(cert, cert, pki.ca_cert)));
+    Kprism k({}, {"--config", cf.path});
+    ASSERT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr(), 5000ms)) << k.output();
+    ASSERT_TRUE(eventually([&] { return readyz_served(a) >= 3; }, 5000ms));
+    ASSERT_EQ(handshakes(a), 1u) << a.proc->output();
+    const std::string pid = std::to_string(k.pid());
+    auto reload_then_probe = [&](const std::string& changes) {
+        auto r = reload_cmd(k, {"--config", cf.path, "--pid", pid});
+        EXPECT_EQ(r.code, 0) << r.output;
+        EXPECT_EQ(r.output, "kprism reload: configuration reloaded: " + changes + "\n");
+        const size_t n = readyz_served(a);
+        EXPECT_TRUE(eventually([&] { return readyz_served(a) >= n + 2; }, 5000ms)) << a.proc->output();
+    };
+    for (int i = 0; i < 5; ++i) reload_then_probe("none");
+    // A new modification time, then the same bytes as a new file (a new inode) renamed over it.
+    struct timespec later[2] = {{0, UTIME_OMIT}, {time(nullptr) + 60, 0}};
+    ASSERT_EQ(utimensat(AT_FDCWD, cert.c_str(), later, 0), 0);
+    reload_then_probe("none");
+    spill(cert, slurp(pki.client_pem));
+    reload_then_probe("none");
+    // Another path, the same bytes.
+    const std::string copy = pki.dir + "/copy.pem";
+    spill(copy, slurp(pki.client_pem));
+    cf.write(endpoints_toml({a.addr()}, tls_toml(copy, copy, pki.ca_cert)));
+    reload_then_probe("tls_files=same_content");
+    EXPECT_EQ(status_json(k.admin_port)["credentials"]["client_cert"], copy);
+    EXPECT_EQ(handshakes(a), 1u) << "one connection through 8 reloads: " << a.proc->output();
+    EXPECT_EQ(k.count_output("msg=\"TLS files reloaded\""), 0u) << k.output();
+
+    // New content at the same path (a rotation) is taken at the reload, on a new connection.
+    pki.issue_client(copy, "system:node:rotated");
+    // (The checks may see it first, within a second: then the reload finds nothing new.)
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", pid});
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_TRUE(a.proc->wait_output("handshake resumed=0 peer=\"system:node:rotated\"", 5000ms)) << a.proc->output();
+    EXPECT_EQ(handshakes(a), 2u) << a.proc->output();
+}
+
+// During the TLS bootstrap no certificate is in use, so a reload may name paths whose files do
+// not exist yet (kubelet writes them later): it is applied, and the checks start once they load.
+TEST(ReloadCommand, DuringTheTlsBootstrapNewPathsAreTakenBeforeTheirFilesExist) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    const std::string first = pki.dir + "/wrong-dir.pem", second = pki.dir + "/kubelet-client-later.pem";
+    ConfigFile cf;
+    cf.write(endpoints_toml({a.addr()}, tls_toml(first, first, pki.ca_cert)));
+    Kprism k({}, {"--config", cf.path});
+    ASSERT_TRUE(k.wait_output("health checks paused", 5000ms)) << k.output();
+    cf.write(endpoints_toml({a.addr()}, tls_toml(second, second, pki.ca_cert)));
+    auto r = reload_cmd(k, {"--config", cf.path, "--pid", std::to_string(k.pid())});
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.output, "kprism reload: configuration reloaded: tls_files=not_loaded\n");
+    spill(second, slurp(pki.client_pem));
+    EXPECT_TRUE(k.wait_output("msg=\"client certificate loaded\" cert=" + second, 5000ms)) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"upstream up\" upstream=" + a.addr(), 5000ms)) << k.output();
 }

@@ -9,7 +9,8 @@
 # directory /var/lib/kprism, READY, the upstream up through `kprism status`), `systemctl reload`
 # applying an added endpoint, and
 # failing, with kprism reload's reason in the journal and `systemctl status`, for a TOML syntax
-# error, a value out of bounds and a listen address that cannot be bound, while the service
+# error, a value out of bounds, a listen address that cannot be bound and a certificate path whose
+# file does not exist, while the service
 # keeps running the old configuration and passing TLS through; all without /bin/kill (no
 # procps in the tree). Then a kubelet-style certificate rotation picked up through
 # kprism-cert.path. Then HELD TLS keep-alive connections through kprism kept across RESTARTS
@@ -455,6 +456,10 @@ jall | grep -q 'reload failed; keeping the old configuration' \
 f2=$(failures_metric)
 [ -n "$f2" ] && [ "$f2" = $(( ${f1:-0} + 1 )) ] && ok "kprism_config_reloads_total{result=\"failure\"} $f1 -> $f2" \
     || bad "failure counter $f1 -> $f2"
+# Certificate paths whose files do not load: refused whole, the certificate in use stays and the
+# checks go on with it (both upstreams up).
+write_config "\"$standin_a\", \"$standin_b\"" 's|^client_cert = .*|client_cert = "/run/kprism/not-written.pem"|'
+rejected "tls-file-missing" 'kprism reload: reload failed; .*the new TLS files do not load: client certificate /run/kprism/not-written.pem does not exist'
 # And a good file after the bad ones applies.
 c2=$(jcursor)
 write_config "\"$standin_b\""

@@ -48,9 +48,19 @@ public:
     void start();
     // Closes the checkers and the resolve timer and cancels pending resolutions. Idempotent.
     void close();
-    // Reload: applies endpoints, TLS files and health settings of `next` (validated, and about to
-    // be the configuration in force); each change is appended to `summary` (" key=value").
-    void reconfigure(const Config& next, std::string& summary);
+    // Reload, before anything is applied: when `next` names other certificate, key or CA paths,
+    // loads those files now into `fresh`. False, with the reason in `error`, when they do not
+    // load while a certificate is in use: the reload is then refused whole. Without one in use
+    // (the TLS bootstrap) the new paths are taken even if their files do not load yet.
+    bool prepare_tls(const Config& next, std::unique_ptr<TlsClientContext>& fresh, std::string& error);
+    // Reload: applies endpoints, TLS files (`fresh` from prepare_tls) and health settings of
+    // `next` (validated, and about to be the configuration in force); each change is appended to
+    // `summary` (" key=value"). Files whose content did not change keep the context in use.
+    void reconfigure(const Config& next, std::unique_ptr<TlsClientContext> fresh, std::string& summary);
+    // Reload, once `next` is the configuration in force: the TLS files looked at now rather than
+    // at the next check, so that new content ends the credentials condition and has every
+    // upstream checked at once, and the summary says so (" tls_files=reloaded").
+    void reload_tls_now(std::string& summary);
 
     uv_loop_t* loop() const;
     const Config& config() const;

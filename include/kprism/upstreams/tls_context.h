@@ -23,9 +23,12 @@ struct FileStamp {
     static FileStamp of(const std::string& path);
 };
 
-// Owns one SSL_CTX at a time. refresh() re-stats the three files (at most once a second) and
-// builds a new context when any changed; a context that fails to build leaves the previous one in
-// use. Each successful build bumps generation() so callers drop TLS sessions of older identities.
+// Owns one SSL_CTX at a time. refresh() re-stats the three files (at most once a second) and,
+// when any changed, compares their content (SHA-256 of each file's bytes) with the content the
+// context was built from: only different content builds a new context (a touched file, or a
+// rewrite with the same bytes, changes nothing). A context that fails to build leaves the
+// previous one in use. Each successful build bumps generation() so callers drop TLS sessions
+// (and kept connections) of older identities; nothing else does.
 class TlsClientContext {
 public:
     TlsClientContext(std::string cert, std::string key, std::string ca);
@@ -36,12 +39,31 @@ public:
     // Returns the context to use now, or nullptr while none could be built yet.
     SSL_CTX* refresh(uint64_t now_ms);
     SSL_CTX* get() const { return ctx_; }
-    // Forces the next refresh() to rebuild from the files even if they look unchanged (SIGHUP).
+    // Makes the next refresh() look at the files now, past the once-a-second limit, even if they
+    // look unchanged (SIGHUP); it still builds a new context only for different content.
     void reread() {
         stamped_ = false;
         last_check_ms_ = 0;
     }
     uint64_t generation() const { return generation_; }
+
+    // Reload, before anything is applied: loads the files now, without logging. False, with
+    // last_error() naming the file and the loader's error, when they do not load.
+    bool load_now(uint64_t now_ms);
+    // Both hold a context built from the same bytes of the three files.
+    bool same_content(const TlsClientContext& other) const {
+        return ctx_ && other.ctx_ && digest_ == other.digest_;
+    }
+    // Takes the paths (and what was seen of the files) of `other`, which holds the same content:
+    // this context, its generation and so every kept probe connection stay.
+    void take_paths(const TlsClientContext& other);
+    // The log line of a context just built (by refresh(), or load_now() once applied): "client
+    // certificate loaded" for the `first`, "client certificate rotated" when the subject or the
+    // expiry changed, else "TLS files reloaded"; and the key's permission warning.
+    void log_loaded(bool first, bool rotated) const;
+    // The log line of files that did not load: "health checks paused" (a file is missing) or
+    // "cannot load TLS files" without a context in use; with one, that it stays.
+    void log_not_loaded() const;
 
     const std::string& subject() const { return subject_; }
     int64_t not_after() const { return not_after_; }  // unix time, 0 if unknown
@@ -52,15 +74,22 @@ public:
                           std::string* subject = nullptr, int64_t* not_after = nullptr);
 
 private:
+    enum class Load { built, same, failed, missing };
+    // Reads the files' digest and builds a context when it differs from the one in use; sets
+    // error_ and the stamps. No logging.
+    Load load(uint64_t now_ms);
+
     std::string cert_, key_, ca_;
     FileStamp cert_st_, key_st_, ca_st_;
     bool stamped_ = false;
     SSL_CTX* ctx_ = nullptr;
+    std::string digest_;  // SHA-256 of the cert, key and CA files ctx_ was built from
     uint64_t generation_ = 0;
     uint64_t last_check_ms_ = 0;
     std::string subject_;
     int64_t not_after_ = 0;
     std::string error_;
+    std::string missing_;  // the path that did not exist at the last load, if any
 };
 
 // The newest OpenSSL error queue entry as text, and clears the queue.
