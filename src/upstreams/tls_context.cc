@@ -7,6 +7,7 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -107,16 +108,28 @@ namespace {
 uint64_t next_generation = 0;  // across contexts: a reload's new one never reuses a number
 
 // Appends the SHA-256 of the file's bytes to *out; false and *err ("WHAT PATH: cannot read:
-// ...") when it cannot be read.
+// ...") when it cannot be read. Only a regular file of at most kMaxTlsFileBytes: the files are
+// read on the event loop, and a path that names a FIFO (whose open and reads wait for a writer),
+// a device such as /dev/zero (endless), or a huge file must not stall it.
 bool digest_file(const char* what, const std::string& path, std::string* out, std::string* err) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         *err = fmt::format("{} {}: cannot read: {}", what, path, std::strerror(errno));
+        return false;
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) > kMaxTlsFileBytes) {
+        *err = !S_ISREG(st.st_mode)
+                   ? fmt::format("{} {}: cannot read: not a regular file", what, path)
+                   : fmt::format("{} {}: {} bytes; the limit is {} bytes (1 MiB)", what, path, st.st_size,
+                                 kMaxTlsFileBytes);
+        ::close(fd);
         return false;
     }
     EVP_MD_CTX* md = EVP_MD_CTX_new();
     bool ok = md && EVP_DigestInit_ex(md, EVP_sha256(), nullptr) == 1;
     char buf[16384];
+    uint64_t total = 0;
     for (;;) {
         ssize_t n = ::read(fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
@@ -126,6 +139,10 @@ bool digest_file(const char* what, const std::string& path, std::string* out, st
         }
         if (n <= 0 || !ok) break;
         ok = EVP_DigestUpdate(md, buf, static_cast<size_t>(n)) == 1;
+        if ((total += static_cast<uint64_t>(n)) > kMaxTlsFileBytes) {  // grew since the fstat
+            *err = fmt::format("{} {}: more than {} bytes (1 MiB)", what, path, kMaxTlsFileBytes);
+            ok = false;
+        }
     }
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned len = 0;

@@ -173,6 +173,41 @@ std::vector<std::string> leaks(const std::string& doc, const KeyMaterial& m) {
 // With a real certificate and key against TLS stand-ins, debug logging, a key readable by others
 // (so the permission warning is among the lines), a reload, stats and client traffic: neither the
 // whole log nor any admin document holds the key in any form.
+// A certificate, key or CA path that names a FIFO (whose open waits for a writer), a device
+// that never ends (/dev/zero) or a file over kMaxTlsFileBytes loads nothing and stalls nothing:
+// kprism starts, says why, answers /healthz, and takes the certificate once a real file is there.
+TEST(Security, TlsFilesThatAreNoRegularFileOrHugeLoadNothingAndStallNothing) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    const std::string fifo = pki.dir + "/fifo.pem", huge = pki.dir + "/huge.pem";
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    {
+        std::string big = read_file(pki.client_pem);
+        while (big.size() <= (1u << 20)) big += "# padding of a file too large to be a certificate\n";
+        std::ofstream(huge, std::ios::binary) << big;
+    }
+    struct Case {
+        std::string cert, ca, why;
+    };
+    for (const Case& c : {Case{fifo, pki.ca_cert, "client certificate " + fifo + ": cannot read: not a regular file"},
+                          Case{pki.client_pem, "/dev/zero", "CA file /dev/zero: cannot read: not a regular file"},
+                          Case{huge, pki.ca_cert, "the limit is 1048576 bytes (1 MiB)"}}) {
+        SCOPED_TRACE(c.why);
+        std::vector<std::string> flags = tls_flags(pki, c.cert, pki.client_pem);
+        flags[5] = c.ca;  // --ca-file
+        Kprism k({a.addr()}, flags);
+        EXPECT_TRUE(k.wait_output(c.why)) << k.output();
+        for (int i = 0; i < 3; ++i) {
+            auto t0 = std::chrono::steady_clock::now();
+            EXPECT_EQ(http_get(k.admin_port, "/healthz").rfind("HTTP/1.1 200", 0), 0u);
+            EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
+        }
+        EXPECT_EQ(k.count_output("msg=\"client certificate loaded\""), 0u) << k.output();
+        k.signal(SIGTERM);
+        EXPECT_EQ(k.wait(10000ms), 0) << k.output();
+    }
+}
+
 TEST(Security, NoSecretInLogsStatusOrMetrics) {
     Pki pki;
     KeyMaterial m = key_material(pki.client_key);

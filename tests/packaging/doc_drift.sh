@@ -210,6 +210,7 @@ sec() { case $1 in *[!0-9]*) echo "$1" ;; *) echo $(($1 / $2)) ;; esac; }
 maxcfg=$(code 'kMaxConfigFileBytes\s*=\s*([^;]+);')
 check "config file limit kMaxConfigFileBytes" "$maxcfg" kprism.toml.5 'of at most 64 KiB \(# bytes\)'
 check "config file limit kMaxConfigFileBytes" "$maxcfg" kprism.8 'the limit is # bytes'
+check "TLS file limit kMaxTlsFileBytes" "$(code 'kMaxTlsFileBytes\s*=\s*([^;]+);')" kprism.toml.5 'regular file of at most 1 MiB \(# bytes\)'
 check "list limit kMaxListEntries" "$(code 'kMaxListEntries\s*=\s*([^;]+);')" kprism.toml.5 'A list of more than # entries'
 check "errors reported kMaxConfigErrors" "$(code 'kMaxConfigErrors\s*=\s*([^;]+);')" kprism.toml.5 'at most # errors are reported'
 

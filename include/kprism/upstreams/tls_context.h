@@ -23,6 +23,10 @@ struct FileStamp {
     static FileStamp of(const std::string& path);
 };
 
+// The largest certificate, key or CA file read (a CA bundle of every public root is about
+// 220 KiB): past it, or not a regular file, the set does not load.
+constexpr uint64_t kMaxTlsFileBytes = 1024 * 1024;
+
 // Owns one SSL_CTX at a time. refresh() re-stats the three files (at most once a second) and,
 // when any changed, compares their content (SHA-256 of each file's bytes) with the content the
 // context was built from: only different content builds a new context (a touched file, or a
