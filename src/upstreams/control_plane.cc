@@ -865,7 +865,6 @@ ControlPlane::Restored ControlPlane::restore_health(const handover::HealthRecord
     const uint64_t now = uv_now(loop());
     const uint64_t since_written = now_boottime_ms > r.at_ms ? now_boottime_ms - r.at_ms : 0;
     const uint64_t limit = carry_limit_ms();
-    std::vector<bool> carried(ups_.size(), false);
     for (const handover::UpstreamHealth& h : r.upstreams) {
         Upstream* u = nullptr;
         for (size_t i = 0; i < ups_.size() && !u; ++i)
@@ -876,13 +875,11 @@ ControlPlane::Restored ControlPlane::restore_health(const handover::HealthRecord
             ++out.not_present;
             continue;
         }
-        if (h.health == Health::unknown) continue;
+        if (!h.has_result) continue;  // nothing to carry: it is checked like a new one
         if (h.result_age_ms > limit || since_written > limit - h.result_age_ms) {
             ++out.too_old;
             continue;
         }
-        if (u->index >= carried.size()) carried.resize(u->index + 1, false);
-        carried[u->index] = true;
         ++out.carried;
         u->health = h.health;
         u->rises = h.rises;
@@ -908,10 +905,12 @@ ControlPlane::Restored ControlPlane::restore_health(const handover::HealthRecord
         etcd_quorum_lost_ = r.etcd_quorum_lost && ups_.up_count() == 0;
     }
     if (out.carried > 0) ups_.update_tiers_now();
-    // The rest have no verdict: checked at once instead of within the start's spread.
+    // The rest have no verdict: checked at once instead of within the start's spread. (An
+    // upstream can carry its last result without a verdict: while every apiserver rejects the
+    // client certificate, the rejections are not counted.)
     for (size_t i = 0; i < ups_.size(); ++i) {
-        if (ups_[i].removed || (i < carried.size() && carried[i])) continue;
-        if (ups_[i].health == Health::unknown) ++out.unknown;
+        if (ups_[i].removed || ups_[i].health != Health::unknown) continue;
+        ++out.unknown;
         if (i < checkers_.size() && checkers_[i]) checkers_[i]->check_soon();
     }
     arm_hold_timer();

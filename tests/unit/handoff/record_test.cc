@@ -143,11 +143,12 @@ TEST(Handover, NamesAndSocketAddresses) {
     EXPECT_TRUE(handover::is_handover_name("handover-data"));
     EXPECT_TRUE(handover::is_handover_name("handover-conn"));
     EXPECT_TRUE(handover::is_handover_name("handover-state"));
+    EXPECT_TRUE(handover::is_handover_name("handover-health"));
     EXPECT_FALSE(handover::is_handover_name("data"));
     EXPECT_FALSE(handover::is_handover_name("handover-"));
-    // The crash copy's (crash_copy.cc): two generations, and the listeners.
+    // The crash copy's (crash_copy.cc): two generations, the listeners and the health record.
     EXPECT_EQ(handover::crash_names(), (std::vector<std::string>{"crash-data", "crash-conn-0", "crash-conn-1",
-                                                                 "crash-state-0", "crash-state-1"}));
+                                                                 "crash-state-0", "crash-state-1", "crash-health"}));
     EXPECT_EQ(handover::crash_connection_name(2), "crash-conn-0");
     for (const std::string& n : handover::crash_names()) EXPECT_TRUE(handover::is_handover_name(n)) << n;
 
