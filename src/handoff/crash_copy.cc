@@ -25,6 +25,10 @@ namespace kprism {
 namespace {
 
 constexpr uint64_t kCopyEveryMs = 1000;
+// The health record is rewritten more often (a pwrite into the stored memfd, no message to
+// systemd), and at once on every change of state: its verdicts are young enough to carry
+// (ControlPlane::carry_limit_ms) even with health.interval at 1 s.
+constexpr uint64_t kHealthEveryMs = 250;
 
 }  // namespace
 
@@ -45,12 +49,12 @@ void Handoff::start_crash_copy() {
     crash_.listeners_changed = !srv_.socket_activated();  // socket units keep theirs anyway
     uv_timer_init(srv_.loop(), &crash_.timer);
     crash_.timer.data = this;
-    uv_timer_start(&crash_.timer, on_crash_timer, kCopyEveryMs, kCopyEveryMs);
+    uv_timer_start(&crash_.timer, on_crash_timer, kHealthEveryMs, kHealthEveryMs);
     uv_unref(reinterpret_cast<uv_handle_t*>(&crash_.timer));
     log::info("keep_on_crash: keeping a copy of the connections in systemd's file descriptor store",
               {{"every", format_duration(Duration(kCopyEveryMs))}});
     copy_for_crash();  // resumed connections are covered at once
-    // The upstreams' health: one memfd, stored once and rewritten in place every second.
+    // The upstreams' health: one memfd, stored once, rewritten in place (write_crash_health).
     std::string error;
     crash_.health_fd = handover::record_memfd(handover::serialize_health(srv_.control().carry_health()), error);
     if (crash_.health_fd >= 0 && !notify::fdstore(handover::kCrashHealthName, &crash_.health_fd, 1)) {
@@ -66,8 +70,13 @@ void Handoff::start_crash_copy() {
 void Handoff::on_crash_timer(uv_timer_t* t) {
     auto* self = static_cast<Handoff*>(t->data);
     if (self->srv_.draining()) return;
-    if (self->crash_.changed) self->copy_for_crash();
+    if (self->crash_.changed && uv_now(self->srv_.loop()) - self->crash_.copied_ms >= kCopyEveryMs)
+        self->copy_for_crash();
     self->write_crash_health();
+}
+
+void Handoff::health_changed() {
+    if (crash_.on && !srv_.draining()) write_crash_health();
 }
 
 // The same file the store holds: a crash during the write leaves a record without its end line,
@@ -94,6 +103,7 @@ void Handoff::listeners_changed() {
 // Stores a new copy under the other generation, then removes the previous one.
 void Handoff::copy_for_crash() {
     crash_.changed = false;
+    crash_.copied_ms = uv_now(srv_.loop());
     if (crash_.listeners_changed) {
         crash_.listeners_changed = false;
         std::vector<int> fds;

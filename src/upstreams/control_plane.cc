@@ -348,11 +348,13 @@ void ControlPlane::review() {
     }
     if (!etcd_quorum_lost_ && live > 0 && etcd_down == live) {
         etcd_quorum_lost_ = true;
+        srv_.handoff().health_changed();  // the crash copy's record has the condition
         log::error("control plane has no etcd quorum: every apiserver fails its etcd checks; closing nothing, "
                    "connections go to every endpoint until one is ready",
                    {{"upstreams", names}});
     } else if (etcd_quorum_lost_ && ups_.up_count() > 0) {
         etcd_quorum_lost_ = false;
+        srv_.handoff().health_changed();
         std::string first;
         for (size_t i = 0; i < ups_.size() && first.empty(); ++i)
             if (!ups_[i].removed && ups_[i].health == Health::up) first = ups_[i].name;

@@ -70,6 +70,9 @@ public:
     void start_crash_copy();
     void crash_copy_changed() { crash_.changed = true; }
     void listeners_changed();
+    // An upstream's state or a node condition changed: the crash copy's health record is
+    // rewritten now (it is also every 250 ms).
+    void health_changed();
     // keep_on_crash is on (a store exists), and how many connections the stored copy holds.
     bool crash_copy_on() const { return crash_.on; }
     size_t crash_copy_connections() const { return crash_.connections; }
@@ -113,9 +116,10 @@ private:
         size_t connections = 0;         // in the stored copy; 0: none is stored
         bool partial = false;           // the last copy could not hold every connection (logged once)
         bool failing = false;           // the last copy could not be stored (logged once)
-        // The health record (handover::kCrashHealthName): stored once, rewritten in place each
-        // second (the store holds the same file), so that it is at most a second old at a crash.
+        // The health record (handover::kCrashHealthName): stored once, rewritten in place every
+        // 250 ms and on every change (the store holds the same file).
         int health_fd = -1;
+        uint64_t copied_ms = 0;  // loop time of the last copy of the connections
         uv_timer_t timer{};
     };
 
