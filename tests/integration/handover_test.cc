@@ -1009,6 +1009,35 @@ TEST(RestartHealth, WithoutAFreshRecordNewClientsWaitForTheChecks) {
         }
 }
 
+// The next process configured differently: the record's upstream that is no longer configured is
+// ignored, the one still configured carries, the new one starts unknown and is checked at once;
+// no client reaches the removed one or the new one (down).
+TEST(RestartHealth, ARecordNamingAnUpstreamNoLongerConfiguredCarriesTheRest) {
+    TwoApiservers s;
+    Apiserver other(s.pki, "other");
+    other.set("500");
+    FdStore store;
+    const int port = free_port();
+    auto k1 = std::make_unique<Kprism>(s.endpoints(), checked(s.pki), Spawn{{store.env(), "FDSTORE=64"}, {}}, port,
+                                       free_port());
+    ASSERT_TRUE(s.judged(*k1)) << k1->output();
+    Arrivals clients(s.pki, port);
+    ASSERT_TRUE(eventually([&] { return clients.count("good") >= 20; })) << clients.summary();
+    k1->signal(SIGTERM);
+    k1->wait(10000ms);
+    auto k2 = std::make_unique<Kprism>(std::vector<std::string>{s.good.addr(), other.addr()}, checked(s.pki),
+                                       store.spawn_next({store.env(), "FDSTORE=64"}), port, free_port());
+    ASSERT_TRUE(k2->wait_output("msg=\"upstream down\" upstream=" + other.addr() + " was=unknown")) << k2->output();
+    const size_t at_restart = clients.total();
+    ASSERT_TRUE(eventually([&] { return clients.total() >= at_restart + 50; }, 10000ms)) << clients.summary();
+    clients.stop();
+    EXPECT_EQ(clients.count("bad"), 0u) << clients.summary();
+    EXPECT_EQ(clients.count("other"), 0u) << clients.summary();
+    EXPECT_NE(k2->output().find("carried=1 too_old=0 not_configured=1 unknown=1"), std::string::npos) << k2->output();
+    EXPECT_EQ(k2->output().find("msg=\"upstream up\" upstream=" + s.good.addr()), std::string::npos)
+        << "its verdict carried: " << k2->output();
+}
+
 namespace {
 
 // What /status says of the routing state: per upstream its verdict and why, and the node's
