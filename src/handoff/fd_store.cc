@@ -201,7 +201,7 @@ int Handoff::take_handover_listener(const sockaddr_storage& addr) {
 
 // In: the health record (handover::parse_health) onto the control plane; one line says what carried.
 // No record (an older kprism's handover), or one that does not parse, carries nothing: every
-// upstream is checked at once, and Server::hold_new_clients keeps the first clients waiting.
+// upstream is checked at once, and Server::hold_new_client keeps the first clients waiting.
 void Handoff::restore_health(const std::string& text, const char* from) {
     handover::HealthRecord rec;
     std::string error;

@@ -389,6 +389,12 @@ bool parse_upstream(std::string_view line, UpstreamHealth& u) {
 
 }  // namespace
 
+uint64_t health_checksum(std::string_view s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    return h;
+}
+
 uint64_t boottime_ms() {
     timespec ts{};
     ::clock_gettime(CLOCK_BOOTTIME, &ts);
@@ -410,7 +416,7 @@ std::string serialize_health(const HealthRecord& r) {
                        u.failing_checks.more, escape_token(u.last_error));
         ++lines;
     }
-    fmt::format_to(std::back_inserter(out), "end {}\n", lines);
+    fmt::format_to(std::back_inserter(out), "end {} {:016x}\n", lines, health_checksum(out));
     return out;
 }
 
@@ -422,6 +428,7 @@ bool parse_health(std::string_view text, HealthRecord& out, std::string& error) 
         return false;
     };
     if (text.size() > kMaxHealthBytes) return fail(fmt::format("larger than {} bytes", kMaxHealthBytes));
+    const std::string_view whole = text;
     size_t nl = text.find('\n');
     if (nl == std::string_view::npos || text.substr(0, nl) != kHealthHeader)
         return fail(fmt::format("not a version 1 health record (first line {:?})",
@@ -435,9 +442,13 @@ bool parse_health(std::string_view text, HealthRecord& out, std::string& error) 
         std::string_view line = text.substr(0, nl);
         text.remove_prefix(nl + 1);
         std::string_view t[3];
-        uint64_t n = 0;
+        uint64_t n = 0, sum = 0;
         if (line.starts_with("end ")) {
-            if (!split(line, t, 2) || !number(t[1], n) || n != lines) return fail("the end line does not match");
+            if (!split(line, t, 3) || !number(t[1], n) || n != lines) return fail("the end line does not match");
+            const std::string_view before = whole.substr(0, whole.size() - text.size() - line.size() - 1);
+            if (auto [p, ec] = std::from_chars(t[2].data(), t[2].data() + t[2].size(), sum, 16);
+                ec != std::errc() || p != t[2].data() + t[2].size() || sum != health_checksum(before))
+                return fail("the checksum does not match (torn or altered)");
             if (!text.empty()) return fail("bytes after the end line");
             if (!have_at) return fail("no at line");
             if (ignored) error = fmt::format("{} lines ignored", ignored);

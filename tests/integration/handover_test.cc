@@ -3,6 +3,7 @@
 // the test owns (systemd's FDSTORE=1 protocol on a NOTIFY_SOCKET), and a second kprism started
 // with them (LISTEN_FDS/LISTEN_FDNAMES, as systemd passes them back) resumes splicing.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -966,7 +967,11 @@ TEST(RestartHealth, WithoutAFreshRecordNewClientsWaitForTheChecks) {
          [](FdStore& st) {
              std::string r = st.record("handover-health");
              const size_t at = r.find("\nat ") + 4;
-             st.replace_record("handover-health", r.replace(at, r.find('\n', at) - at, "1"));
+             r.replace(at, r.find('\n', at) - at, "1");  // written at the machine's boot
+             const size_t end = r.rfind("end ");
+             const std::string body = r.substr(0, end), count = r.substr(end, r.find(' ', end + 4) - end);
+             st.replace_record("handover-health",
+                               body + fmt::format("{} {:016x}\n", count, kprism::handover::health_checksum(body)));
          },
          "carried=0 too_old=2"},
         {"garbage", [](FdStore& st) { st.replace_record("handover-health", "kprism-health 1\nup x\n"); },

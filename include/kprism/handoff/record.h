@@ -110,11 +110,12 @@ std::vector<Entry> merge(const std::vector<std::string>& records, std::string& e
 //   node <credentials: unknown|ok|rejected> <flags: 1 failing_open, 2 etcd_quorum_lost>
 //   up <name> <health> <last_result|-> <rises> <falls> <down_reason> <flags> <result_age_ms>
 //      <last_change_unix> <failing checks, comma separated|-> <more> <last_error, %-escaped|->
-//   end <number of lines between the header and this one>
+//   end <number of lines between the header and this one> <FNV-1a 64 of the text before it, hex>
 //
 // up flags: 1 has_result, 2 passed_check, 4 closes held (down for etcd). A line of another kind,
 // or one that does not parse, is ignored (a later version may add some); a record without its
-// header or end line (torn, truncated, another version) is ignored whole.
+// header, or whose end line does not add up (torn, truncated, altered, another version), is
+// ignored whole.
 inline constexpr std::string_view kHealthHeader = "kprism-health 1";
 inline constexpr size_t kMaxHealthEntries = kMaxUpstreams;
 inline constexpr size_t kMaxHealthBytes = 1 << 20;
@@ -146,6 +147,9 @@ struct HealthRecord {
 // CLOCK_BOOTTIME in ms.
 uint64_t boottime_ms();
 std::string serialize_health(const HealthRecord& r);
+// The end line's checksum: FNV-1a 64 of everything before it. A record torn by a crash while the
+// crash copy rewrote it in place (a new beginning over an old end) does not add up.
+uint64_t health_checksum(std::string_view text_before_end);
 // false with a reason when the record is not one (no header, no matching end line, too large).
 bool parse_health(std::string_view text, HealthRecord& out, std::string& error);
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The handover record: round trip, and every form of a bad record refused whole.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -354,8 +355,19 @@ TEST(HealthRecord, BadInput) {
         EXPECT_FALSE(handover::parse_health(bad, got, error)) << bad.substr(0, 80);
         EXPECT_TRUE(got.upstreams.empty());
     }
+    // A torn rewrite: the beginning of one record over the end of another with as many lines.
+    {
+        handover::HealthRecord older = health_record();
+        older.at_ms -= 250;  // the copy before
+        older.upstreams[0].health = Health::down;
+        const std::string a = handover::serialize_health(older);
+        const std::string torn = good.substr(0, good.find("\nup ") + 1) + a.substr(a.find("\nup ") + 1);
+        ASSERT_EQ(std::count(torn.begin(), torn.end(), '\n'), std::count(good.begin(), good.end(), '\n'));
+        EXPECT_FALSE(handover::parse_health(torn, got, error)) << torn;
+        EXPECT_NE(error.find("checksum"), std::string::npos) << error;
+    }
     // Unknown and broken lines: ignored, counted; the end line counts every line.
-    const std::string mixed =
+    const std::string mixed = std::string() +
         "kprism-health 1\nat 5\nnode ok 0\nzone 127.0.0.1:1 a\n"
         "up 127.0.0.1:1 sideways ready 0 0 other 3 1 0 - 0 -\n"          // no such health
         "up 127.0.0.1:2 up ready 0 0 other 9 1 0 - 0 -\n"                // flags out of range
@@ -363,9 +375,10 @@ TEST(HealthRecord, BadInput) {
         "up 127.0.0.1:4 down timeout 0 0 timeout 1 1 0 - 0 a%ZZ\n"       // a bad escape
         "up 127.0.0.1:5 up ready 0 0 other 3 1 0 - 0 -\n"
         "up 127.0.0.1:5 down ready 0 0 other 3 1 0 - 0 -\n"              // the same name again
-        "up 127.0.0.1:6 up ready 0 0 other 3 1 0 - 0 - extra\n"
-        "end 10\n";
-    ASSERT_TRUE(handover::parse_health(mixed, got, error)) << error;
+        "up 127.0.0.1:6 up ready 0 0 other 3 1 0 - 0 - extra\n";
+    ASSERT_TRUE(handover::parse_health(mixed + fmt::format("end 10 {:016x}\n", handover::health_checksum(mixed)), got,
+                                       error))
+        << error;
     EXPECT_EQ(error, "7 lines ignored");
     ASSERT_EQ(got.upstreams.size(), 1u);
     EXPECT_EQ(got.upstreams[0].name, "127.0.0.1:5");
