@@ -869,8 +869,8 @@ struct TwoApiservers {
     TwoApiservers() { bad.set("500"); }
     std::vector<std::string> endpoints() const { return {good.addr(), bad.addr()}; }
     bool judged(const Process& k) const {
-        return k.wait_output("msg=\"upstream up\" upstream=" + good.addr()) &&
-               k.wait_output("msg=\"upstream down\" upstream=" + bad.addr());
+        return k.wait_output("msg=\"upstream up\" upstream=" + good.addr(), 10000ms) &&
+               k.wait_output("msg=\"upstream down\" upstream=" + bad.addr(), 10000ms);
     }
 };
 
