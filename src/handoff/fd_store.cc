@@ -301,6 +301,7 @@ void Handoff::resume_handover() {
         }
         if (Connection::resume(srv_, cf, uf, *up, e)) ++resumed;
     }
+    srv_.control().review_resumed();  // those resumed onto an upstream that is down close as before
     size_t stray = socks.size();
     for (auto& [key, fd] : socks) ::close(fd);
     if (!error.empty())

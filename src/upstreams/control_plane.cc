@@ -830,6 +830,8 @@ uint64_t ControlPlane::carry_limit_ms() const {
     return static_cast<uint64_t>(config().s.health_interval.count()) * static_cast<uint64_t>(std::max<int64_t>(config().s.health_fall, 1));
 }
 
+void ControlPlane::review_resumed() { review(); }
+
 handover::HealthRecord ControlPlane::carry_health() const {
     handover::HealthRecord r;
     r.at_ms = handover::boottime_ms();

@@ -140,6 +140,10 @@ public:
     };
     Restored restore_health(const handover::HealthRecord& r, uint64_t now_boottime_ms);
     uint64_t carry_limit_ms() const;
+    // Once the handed-over connections are resumed: what follows a check result (holds, etcd
+    // condition, the closes of connections on a down upstream within close_spread), so that a
+    // connection resumed onto an upstream that was down before the restart closes as it would have.
+    void review_resumed();
     // Time and size bounds of one resolution.
     static constexpr uint64_t kResolveTimeoutMs = 5000;
     // The environment variable naming the DNS servers asked instead of resolv.conf's (tests).
