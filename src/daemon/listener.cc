@@ -31,6 +31,7 @@ void on_connection(uv_stream_t* s, int status) {
     // libuv accept the next one at once. Connection::accept owns it from here, whatever happens.
     static_assert(UV_VERSION_MAJOR == 1, "uv_stream_t::accepted_fd is libuv 1's");
     int fd = std::exchange(s->accepted_fd, -1);
+    if (l->srv->hold_new_client(fd)) return;  // after a restart, until the upstreams are judged
     Connection::accept(*l->srv, fd);
 }
 }  // namespace

@@ -161,7 +161,48 @@ bool Server::start(std::string& error) {
     log::info("started", {{"upstreams", names}, {"policy", selection_->name()},
                           {"max_connections", cfg_.s.max_connections}});
     start_systemd();
+    start_hold();
     return true;
+}
+
+// After start_systemd(): the client certificate is loaded by then (without one nothing is checked
+// and nothing is held).
+void Server::start_hold() {
+    uv_timer_init(loop_, &hold_timer_);
+    hold_timer_.data = this;
+    if (!handoff_.restarted() || !control_.tls().get() || control_.all_judged()) return;
+    holding_ = true;
+    hold_started_ms_ = uv_now(loop_);
+    const uint64_t wait = std::min<uint64_t>(static_cast<uint64_t>(cfg_.s.health_timeout.count()) + 100, kHoldMaxMs);
+    uv_timer_start(&hold_timer_, on_hold_timeout, wait, 0);
+    log::info("restarted with upstreams not yet judged: new clients wait for their first checks",
+              {{"status", control_.summary()}, {"at_most", format_duration(Duration{static_cast<int64_t>(wait)})}});
+}
+
+bool Server::hold_new_client(int fd) {
+    if (!holding_ || held_.size() >= connection_limit_) return false;
+    held_.push_back(fd);
+    return true;
+}
+
+void Server::on_hold_timeout(uv_timer_t* t) { static_cast<Server*>(t->data)->release_held("health.timeout passed"); }
+
+// Each held client is taken as if it had just arrived, in the order they came.
+void Server::release_held(const char* reason) {
+    if (!holding_) return;
+    holding_ = false;
+    uv_timer_stop(&hold_timer_);
+    std::vector<int> held = std::move(held_);
+    held_.clear();
+    log::info("new clients no longer wait: upstreams judged after the restart",
+              {{"reason", reason},
+               {"held", static_cast<uint64_t>(held.size())},
+               {"waited", format_duration(Duration{static_cast<int64_t>(uv_now(loop_) - hold_started_ms_)})},
+               {"status", control_.summary()}});
+    for (int fd : held) {
+        if (finished_) ::close(fd);
+        else Connection::accept(*this, fd);
+    }
 }
 
 // Each client connection holds two descriptors, client and upstream socket. At RLIMIT_NOFILE,
@@ -287,6 +328,7 @@ void Server::begin_shutdown(int signum) {
         close_all("shutdown");
         return;
     }
+    release_held("shutting down");
     if (signum == SIGTERM && notify::fdstore_max() > 0) {
         handoff_.begin_handover(why);
         return;
@@ -321,6 +363,7 @@ void Server::close_all(const char* reason) {
 void Server::finish() {
     if (finished_) return;
     finished_ = true;
+    release_held("stopping");  // closes them
     for (auto& l : listeners_) l->close();
     if (admin_) {
         admin_->close();
@@ -333,7 +376,8 @@ void Server::finish() {
     rebalancer_.close();
     for (uv_signal_t& sig : signals_)
         if (sig.data && !uv_is_closing(h(&sig))) uv_close(h(&sig), nullptr);
-    for (uv_timer_t* t : {&drain_timer_, &half_close_timer_, &options_timer_, &sd_.ready_timer, &sd_.watchdog_timer})
+    for (uv_timer_t* t :
+         {&drain_timer_, &half_close_timer_, &options_timer_, &sd_.ready_timer, &sd_.watchdog_timer, &hold_timer_})
         if (t->data && !uv_is_closing(h(t))) uv_close(h(t), nullptr);
     log::info("stopped", {{"connections_served", stats_.accepted}});
 }

@@ -111,6 +111,8 @@ void Server::start_systemd() {
 
 void Server::health_changed() {
     if (draining_ || finished_) return;  // the STATUS then tells about the drain
+    if (holding_ && control_.all_judged()) release_held("every upstream judged");
+    handoff_.health_changed();
     rebalancer_.poke();
     if (!sd_.ready_sent) {
         maybe_ready();

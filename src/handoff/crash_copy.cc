@@ -25,6 +25,10 @@ namespace kprism {
 namespace {
 
 constexpr uint64_t kCopyEveryMs = 1000;
+// The health record is rewritten more often (a pwrite into the stored memfd, no message to
+// systemd), and at once on every change of state: its verdicts are young enough to carry
+// (ControlPlane::carry_limit_ms) even with health.interval at 1 s.
+constexpr uint64_t kHealthEveryMs = 250;
 
 }  // namespace
 
@@ -32,7 +36,7 @@ constexpr uint64_t kCopyEveryMs = 1000;
 // systemd keeps a store for kprism (the copy of the listeners and two generations fit in it).
 void Handoff::start_crash_copy() {
     if (!srv_.config().s.keep_on_crash) return;
-    const size_t need = srv_.listeners_.size() + 4;
+    const size_t need = srv_.listeners_.size() + 5;
     if (notify::fdstore_max() < need) {
         log::info("keep_on_crash: off, no file descriptor store to keep the connections in",
                   {{"fdstore_max", static_cast<uint64_t>(notify::fdstore_max())},
@@ -45,16 +49,48 @@ void Handoff::start_crash_copy() {
     crash_.listeners_changed = !srv_.socket_activated();  // socket units keep theirs anyway
     uv_timer_init(srv_.loop(), &crash_.timer);
     crash_.timer.data = this;
-    uv_timer_start(&crash_.timer, on_crash_timer, kCopyEveryMs, kCopyEveryMs);
+    uv_timer_start(&crash_.timer, on_crash_timer, kHealthEveryMs, kHealthEveryMs);
     uv_unref(reinterpret_cast<uv_handle_t*>(&crash_.timer));
     log::info("keep_on_crash: keeping a copy of the connections in systemd's file descriptor store",
               {{"every", format_duration(Duration(kCopyEveryMs))}});
     copy_for_crash();  // resumed connections are covered at once
+    // The upstreams' health: one memfd, stored once, rewritten in place (write_crash_health).
+    std::string error;
+    crash_.health_fd = handover::record_memfd(handover::serialize_health(srv_.control().carry_health()), error);
+    if (crash_.health_fd >= 0 && !notify::fdstore(handover::kCrashHealthName, &crash_.health_fd, 1)) {
+        ::close(crash_.health_fd);
+        crash_.health_fd = -1;
+        error = "sending to systemd's notify socket failed";
+    }
+    if (crash_.health_fd < 0)
+        log::warn("keep_on_crash: the upstreams' health is not kept; after a crash they are checked first",
+                  {{"error", error}});
 }
 
 void Handoff::on_crash_timer(uv_timer_t* t) {
     auto* self = static_cast<Handoff*>(t->data);
-    if (self->crash_.changed && !self->srv_.draining()) self->copy_for_crash();
+    if (self->srv_.draining()) return;
+    if (self->crash_.changed && uv_now(self->srv_.loop()) - self->crash_.copied_ms >= kCopyEveryMs)
+        self->copy_for_crash();
+    self->write_crash_health();
+}
+
+void Handoff::health_changed() {
+    if (crash_.on && !srv_.draining()) write_crash_health();
+}
+
+// The same file the store holds: a crash during the write leaves a record without its end line,
+// which the next process ignores (it checks before it routes).
+void Handoff::write_crash_health() {
+    if (crash_.health_fd < 0) return;
+    const std::string text = handover::serialize_health(srv_.control().carry_health());
+    for (size_t off = 0; off < text.size();) {
+        ssize_t n = ::pwrite(crash_.health_fd, text.data() + off, text.size() - off, static_cast<off_t>(off));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        off += static_cast<size_t>(n);
+    }
+    if (::ftruncate(crash_.health_fd, static_cast<off_t>(text.size())) != 0) return;
 }
 
 // A reload changed the listeners: a removed listener must not stay open in the crash copy.
@@ -67,6 +103,7 @@ void Handoff::listeners_changed() {
 // Stores a new copy under the other generation, then removes the previous one.
 void Handoff::copy_for_crash() {
     crash_.changed = false;
+    crash_.copied_ms = uv_now(srv_.loop());
     if (crash_.listeners_changed) {
         crash_.listeners_changed = false;
         std::vector<int> fds;
@@ -146,6 +183,8 @@ void Handoff::drop_crash_copy() {
     if (!crash_.on) return;
     crash_.on = false;
     for (const std::string& name : handover::crash_names()) notify::fdstore_remove(name);
+    if (crash_.health_fd >= 0) ::close(crash_.health_fd);
+    crash_.health_fd = -1;
     crash_.connections = 0;
     uv_close(reinterpret_cast<uv_handle_t*>(&crash_.timer), nullptr);
 }

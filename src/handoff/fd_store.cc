@@ -52,6 +52,7 @@ bool read_record(int fd, std::string& out, std::string& error) {
 // Out, step 1: stop accepting (the listening sockets stay open through a duplicate, so clients
 // queue in the backlog), stop reading every connection, close the ones not spliced yet.
 void Handoff::begin_handover(const char* why) {
+    srv_.release_held("handing over");  // clients still waiting for the first verdicts go first
     drop_crash_copy();  // this handover replaces it
     srv_.draining_ = true;
     handover_.active = true;
@@ -135,23 +136,31 @@ void Handoff::finish_handover() {
     int mfd = handover::record_memfd(record, error);
     bool ok = mfd >= 0 && (carrier >= 0 || entries.empty());
     if (!ok && mfd >= 0) error = "no socket to pass them";
+    // What the control plane knows of each upstream, written now: the next process takes it back
+    // before it accepts a client. Without it (no memfd) the next one checks before it routes.
+    std::string health_error;
+    int hfd = handover::record_memfd(handover::serialize_health(srv_.control().carry_health()), health_error);
+    if (hfd < 0) log::warn("handover: the upstreams' health cannot be passed on", {{"error", health_error}});
     if (ok && handover_.in_place) {
-        exec_in_place(handover_.listen_fds, carrier, mfd, entries.size());  // returns only if exec failed
+        exec_in_place(handover_.listen_fds, carrier, mfd, hfd, entries.size());  // returns only if exec failed
         exit_code_ = 1;
         for (Connection* c : stored) c->close("restart in place failed", true, true);
         if (carrier >= 0) ::close(carrier);
         ::close(mfd);
+        if (hfd >= 0) ::close(hfd);
         srv_.finish();
         return;
     }
-    // The record last: a next process that finds it finds the sockets it names.
+    // The record last: a next process that finds it finds the sockets it names (and the health).
     ok = ok && notify::fdstore(handover::kListenerName, handover_.listen_fds.data(), handover_.listen_fds.size()) &&
          // FDPOLL=0: its sending end is closed, so it reports POLLHUP, which would make systemd drop it.
          (carrier < 0 || notify::fdstore(handover::kConnectionName, &carrier, 1, false)) &&
+         (hfd < 0 || notify::fdstore(handover::kHealthName, &hfd, 1)) &&
          notify::fdstore(handover::kStateName, &mfd, 1);
     if (!ok && error.empty()) error = "sending to systemd's notify socket failed";
     bool barrier = ok && notify::barrier(kBarrierTimeoutMs);
     if (mfd >= 0) ::close(mfd);
+    if (hfd >= 0) ::close(hfd);
     if (carrier >= 0) ::close(carrier);
     for (int fd : handover_.listen_fds) ::close(fd);
     handover_.listen_fds.clear();
@@ -190,13 +199,34 @@ int Handoff::take_handover_listener(const sockaddr_storage& addr) {
     return -1;
 }
 
+// In: the health record (handover::parse_health) onto the control plane; one line says what carried.
+// No record (an older kprism's handover), or one that does not parse, carries nothing: every
+// upstream is checked at once, and Server::hold_new_client keeps the first clients waiting.
+void Handoff::restore_health(const std::string& text, const char* from) {
+    handover::HealthRecord rec;
+    std::string error;
+    if (!text.empty() && !handover::parse_health(text, rec, error)) rec = {};
+    ControlPlane::Restored r = srv_.control().restore_health(rec, handover::boottime_ms());
+    const uint64_t age = rec.at_ms != 0 && handover::boottime_ms() > rec.at_ms ? handover::boottime_ms() - rec.at_ms : 0;
+    log::info("upstream health taken over from the previous process",
+              {{"from", from},
+               {"carried", static_cast<uint64_t>(r.carried)},
+               {"too_old", static_cast<uint64_t>(r.too_old)},
+               {"not_configured", static_cast<uint64_t>(r.not_present)},
+               {"unknown", static_cast<uint64_t>(r.unknown)},
+               {"record_age", format_duration(Duration{static_cast<int64_t>(age)})},
+               {"max_age", format_duration(Duration{static_cast<int64_t>(srv_.control().carry_limit_ms())})},
+               {"error", text.empty() ? std::string("no health record") : error}});
+}
+
 // In: the record says which passed sockets pair up; each pair whose upstream is still configured
 // resumes splicing. Whatever does not match is closed (its client reconnects), with one line.
 // After a crash there is no handover record but the crash copy (crash_copy.cc): one generation,
 // or two when the crash came between storing one and removing the other.
 void Handoff::resume_handover() {
     if (handover_.passed.empty()) return;
-    for (std::string_view name : {handover::kListenerName, handover::kConnectionName, handover::kStateName})
+    for (std::string_view name :
+         {handover::kListenerName, handover::kConnectionName, handover::kStateName, handover::kHealthName})
         notify::fdstore_remove(name);
     for (const std::string& name : handover::crash_names()) notify::fdstore_remove(name);
     std::vector<notify::ListenFd> passed = std::move(handover_.passed);
@@ -205,8 +235,13 @@ void Handoff::resume_handover() {
     std::vector<std::string> crash_records;
     size_t states = 0, unused_listeners = 0;
     std::map<std::string, int> socks;  // "local peer" -> fd
+    std::string health, crash_health;
     for (const notify::ListenFd& p : passed) {
-        if (p.name == handover::kStateName) {
+        if (p.name == handover::kHealthName || p.name == handover::kCrashHealthName) {
+            std::string r, e;
+            if (read_record(p.fd, r, e)) (p.name == handover::kHealthName ? health : crash_health) = std::move(r);
+            ::close(p.fd);
+        } else if (p.name == handover::kStateName) {
             if (states++ == 0 && !read_record(p.fd, record, error)) record.clear();
             ::close(p.fd);
         } else if (p.name.starts_with(handover::kCrashStatePrefix)) {
@@ -228,6 +263,11 @@ void Handoff::resume_handover() {
                           "connections are closed");
         }
     }
+    // The health first: the connections below are resumed onto upstreams that have their state.
+    // A planned handover's record, else (after a crash) the crash copy's.
+    if (!health.empty()) restore_health(health, "handover");
+    else if (!crash_health.empty()) restore_health(crash_health, "crash copy");
+    else restore_health("", "none");
     if (states == 0 && crash_records.empty() && socks.empty()) return;  // only listeners (a crash copy's)
     const bool after_crash = states == 0 && !crash_records.empty();
     std::vector<handover::Entry> entries;
@@ -261,6 +301,7 @@ void Handoff::resume_handover() {
         }
         if (Connection::resume(srv_, cf, uf, *up, e)) ++resumed;
     }
+    srv_.control().review_resumed();  // those resumed onto an upstream that is down close as before
     size_t stray = socks.size();
     for (auto& [key, fd] : socks) ::close(fd);
     if (!error.empty())

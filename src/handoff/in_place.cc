@@ -85,14 +85,17 @@ void Handoff::on_check_exit(uv_process_t* p, int64_t status, int term_signal) {
     self->begin_handover("SIGUSR2");
 }
 
-// The descriptors go to 3, 4, ... (listeners, the carrier of the connection sockets, the record) without
-// close-on-exec, the counts in KPRISM_HANDOVER; the new process finds them with
+// The descriptors go to 3, 4, ... (listeners, the carrier of the connection sockets, the record, the
+// health record) without close-on-exec, the counts in KPRISM_HANDOVER, the health record's in
+// KPRISM_HANDOVER_HEALTH; the new process finds them with
 // handover::inherited_fds(). Returns only when nothing has been moved yet; an exec that fails
 // after the move exits, since the loop's own descriptors may have been overwritten.
-void Handoff::exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections) {
+void Handoff::exec_in_place(const std::vector<int>& listeners, int carrier, int record, int health,
+                            size_t connections) {
     std::vector<int> order = listeners;
     if (carrier >= 0) order.push_back(carrier);
     order.push_back(record);
+    if (health >= 0) order.push_back(health);  // the last: KPRISM_HANDOVER_HEALTH names it
     const int n = static_cast<int>(order.size());
     std::vector<int> high;  // first above 3 + n, so that moving one never overwrites another
     for (int fd : order) {
@@ -107,10 +110,14 @@ void Handoff::exec_in_place(const std::vector<int>& listeners, int carrier, int 
     }
     std::string var = fmt::format("{}={}", handover::kInheritEnv,
                                   handover::inherit_value(listeners.size(), carrier >= 0 ? 1 : 0, 1));
+    std::string health_var = fmt::format("{}={}", handover::kInheritHealthEnv, 3 + n - 1);
     std::vector<char*> envp;
     for (char** e = environ; *e; ++e)
-        if (!std::string_view(*e).starts_with(fmt::format("{}=", handover::kInheritEnv))) envp.push_back(*e);
+        if (!std::string_view(*e).starts_with(fmt::format("{}=", handover::kInheritEnv)) &&
+            !std::string_view(*e).starts_with(fmt::format("{}=", handover::kInheritHealthEnv)))
+            envp.push_back(*e);
     envp.push_back(var.data());
+    if (health >= 0) envp.push_back(health_var.data());
     envp.push_back(nullptr);
     std::vector<char*> argp;
     for (auto& a : argv_) argp.push_back(a.data());

@@ -15,9 +15,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <set>
 
 #include "kprism/base/address.h"
@@ -29,13 +31,14 @@ namespace {
 constexpr std::string_view kHeader = "kprism-handover 1";
 
 // Splits `line` at single spaces into exactly `n` non-empty tokens of printable characters.
-bool split(std::string_view line, std::string_view* tok, size_t n) {
+// The last token may be up to `last_max` bytes.
+bool split(std::string_view line, std::string_view* tok, size_t n, size_t last_max = kMaxTokenBytes) {
     for (size_t i = 0; i < n; ++i) {
         size_t sp = line.find(' ');
         const bool last = i + 1 == n;
         if (last != (sp == std::string_view::npos)) return false;
         std::string_view t = line.substr(0, sp);
-        if (t.empty() || t.size() > kMaxTokenBytes) return false;
+        if (t.empty() || t.size() > (last ? last_max : kMaxTokenBytes)) return false;
         for (char c : t)
             if (c <= ' ' || c > '~') return false;
         tok[i] = t;
@@ -61,14 +64,15 @@ std::string address_of(int fd, bool peer) {
 }  // namespace
 
 bool is_handover_name(std::string_view name) {
-    return name == kListenerName || name == kConnectionName || name == kStateName || name.starts_with(kCrashPrefix);
+    return name == kListenerName || name == kConnectionName || name == kStateName || name == kHealthName ||
+           name.starts_with(kCrashPrefix);
 }
 
 std::string crash_connection_name(unsigned generation) { return fmt::format("{}conn-{}", kCrashPrefix, generation & 1); }
 std::string crash_state_name(unsigned generation) { return fmt::format("{}{}", kCrashStatePrefix, generation & 1); }
 std::vector<std::string> crash_names() {
     return {std::string(kCrashListenerName), crash_connection_name(0), crash_connection_name(1), crash_state_name(0),
-            crash_state_name(1)};
+            crash_state_name(1), std::string(kCrashHealthName)};
 }
 
 static_assert(notify::kMaxFdsPerMessage % 2 == 0, "a connection's two sockets travel in one message");
@@ -151,6 +155,9 @@ std::string inherit_value(size_t listeners, size_t carriers, size_t records) {
 }
 
 std::vector<notify::ListenFd> inherited_fds(std::string* error) {
+    std::string health_var;  // removed whatever follows
+    if (const char* h = std::getenv(std::string(kInheritHealthEnv).c_str())) health_var = h;
+    ::unsetenv(std::string(kInheritHealthEnv).c_str());
     const char* v = std::getenv(std::string(kInheritEnv).c_str());
     if (!v) return {};
     std::string value = v;
@@ -174,6 +181,10 @@ std::vector<notify::ListenFd> inherited_fds(std::string* error) {
             if (::fcntl(fd, F_GETFD) < 0) return fail(fmt::format("descriptor {} is not open", fd));
             out.push_back({fd, std::string(kind == 0 ? kListenerName : kind == 1 ? kConnectionName : kStateName)});
         }
+    // The health record, when the previous process passed one: the descriptor right after those.
+    if (uint64_t hfd = 0; !health_var.empty() && number(health_var, hfd) && hfd == static_cast<uint64_t>(fd) &&
+                          ::fcntl(fd, F_GETFD) >= 0)
+        out.push_back({fd, std::string(kHealthName)});
     for (const notify::ListenFd& x : out) ::fcntl(x.fd, F_SETFD, FD_CLOEXEC);
     return out;
 }
@@ -271,6 +282,196 @@ std::vector<Entry> merge(const std::vector<std::string>& records, std::string& e
             if (seen.insert(e.client_local + " " + e.client_peer).second) out.push_back(std::move(e));
     }
     return out;
+}
+
+namespace {
+
+// Bytes outside '!'..'~', and '%', as %XX: the error is one token.
+std::string escape_token(std::string_view s) {
+    std::string out;
+    for (char c : s.substr(0, kMaxErrorBytes)) {
+        if (c > ' ' && c <= '~' && c != '%') out += c;
+        else fmt::format_to(std::back_inserter(out), "%{:02X}", static_cast<unsigned char>(c));
+    }
+    return out.empty() ? "-" : out;
+}
+
+bool unescape_token(std::string_view s, std::string& out) {
+    out.clear();
+    if (s == "-") return true;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != '%') {
+            out += s[i];
+            continue;
+        }
+        unsigned v = 0;
+        if (i + 2 >= s.size()) return false;
+        auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+        if (ec != std::errc() || p != s.data() + i + 3) return false;
+        out += static_cast<char>(v);
+        i += 2;
+    }
+    return out.size() <= kMaxErrorBytes;
+}
+
+template <class Table, class E>
+bool enum_named(const Table& table, std::string_view name, E& out) {
+    for (const auto& row : table)
+        if (name == row.name) {
+            out = static_cast<E>(&row - &table[0]);
+            return true;
+        }
+    return false;
+}
+
+bool health_named(std::string_view s, Health& h) {
+    for (Health x : {Health::unknown, Health::up, Health::down})
+        if (s == health_name(x)) {
+            h = x;
+            return true;
+        }
+    return false;
+}
+
+bool credentials_named(std::string_view s, CredentialsState& c) {
+    for (CredentialsState x : {CredentialsState::unknown, CredentialsState::ok, CredentialsState::rejected})
+        if (s == credentials_state_name(x)) {
+            c = x;
+            return true;
+        }
+    return false;
+}
+
+bool failing_named(std::string_view s, FailingChecks& f) {
+    f = {};
+    if (s == "-") return true;
+    while (!s.empty()) {
+        size_t comma = s.find(',');
+        std::string_view n = s.substr(0, comma);
+        if (n.empty() || n.size() > FailingChecks::kMaxNameLen || f.names.size() >= FailingChecks::kMaxNames)
+            return false;
+        for (char c : n)
+            if (!std::isalnum(static_cast<unsigned char>(c)) && c != '/' && c != '_' && c != '.' && c != '-')
+                return false;
+        f.names.emplace_back(n);
+        if (comma == std::string_view::npos) break;
+        s.remove_prefix(comma + 1);
+    }
+    return true;
+}
+
+// One "up" line (without its keyword); false when it does not parse.
+bool parse_upstream(std::string_view line, UpstreamHealth& u) {
+    std::string_view t[13];
+    uint64_t rises = 0, falls = 0, flags = 0, age = 0, more = 0;
+    if (!split(line, t, 13, 3 * kMaxErrorBytes) || !health_named(t[2], u.health) || !number(t[4], rises) || rises > 1000000 ||
+        !number(t[5], falls) || falls > 1000000 || !enum_named(kDownReasonTable, t[6], u.down_reason) ||
+        !number(t[7], flags) || flags > 7 || !number(t[8], age) || !failing_named(t[10], u.failing_checks) ||
+        !number(t[11], more) || more > 1000000 || !unescape_token(t[12], u.last_error))
+        return false;
+    int64_t change = 0;
+    if (auto [p, ec] = std::from_chars(t[9].data(), t[9].data() + t[9].size(), change);
+        ec != std::errc() || p != t[9].data() + t[9].size() || change < 0)
+        return false;
+    u.has_result = flags & 1;
+    u.passed_check = flags & 2;
+    u.close_held = flags & 4;
+    if (t[3] == "-") u.has_result = false;
+    else if (!enum_named(kCheckResultTable, t[3], u.last_result)) return false;
+    u.name = t[1];
+    u.rises = static_cast<uint32_t>(rises);
+    u.falls = static_cast<uint32_t>(falls);
+    u.result_age_ms = age;
+    u.last_change_unix = change;
+    u.failing_checks.more = static_cast<size_t>(more);
+    return true;
+}
+
+}  // namespace
+
+uint64_t health_checksum(std::string_view s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t boottime_ms() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_BOOTTIME, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+std::string serialize_health(const HealthRecord& r) {
+    std::string out = fmt::format("{}\nat {}\nnode {} {}\n", kHealthHeader, r.at_ms, credentials_state_name(r.credentials),
+                                  (r.failing_open ? 1 : 0) | (r.etcd_quorum_lost ? 2 : 0));
+    size_t lines = 2, n = 0;
+    for (const UpstreamHealth& u : r.upstreams) {
+        if (n++ >= kMaxHealthEntries) break;
+        std::string checks;
+        for (const std::string& c : u.failing_checks.names) checks += (checks.empty() ? "" : ",") + c;
+        unsigned flags = (u.has_result ? 1u : 0u) | (u.passed_check ? 2u : 0u) | (u.close_held ? 4u : 0u);
+        fmt::format_to(std::back_inserter(out), "up {} {} {} {} {} {} {} {} {} {} {} {}\n", u.name, health_name(u.health),
+                       u.has_result ? result_name(u.last_result) : "-", u.rises, u.falls, down_reason_name(u.down_reason),
+                       flags, u.result_age_ms, std::max<int64_t>(u.last_change_unix, 0), checks.empty() ? "-" : checks,
+                       u.failing_checks.more, escape_token(u.last_error));
+        ++lines;
+    }
+    fmt::format_to(std::back_inserter(out), "end {} {:016x}\n", lines, health_checksum(out));
+    return out;
+}
+
+bool parse_health(std::string_view text, HealthRecord& out, std::string& error) {
+    out = {};
+    auto fail = [&](std::string why) {
+        out = {};
+        error = std::move(why);
+        return false;
+    };
+    if (text.size() > kMaxHealthBytes) return fail(fmt::format("larger than {} bytes", kMaxHealthBytes));
+    const std::string_view whole = text;
+    size_t nl = text.find('\n');
+    if (nl == std::string_view::npos || text.substr(0, nl) != kHealthHeader)
+        return fail(fmt::format("not a version 1 health record (first line {:?})",
+                                std::string(text.substr(0, std::min<size_t>(nl, 40)))));
+    text.remove_prefix(nl + 1);
+    bool have_at = false;
+    size_t ignored = 0;
+    for (size_t lines = 0;; ++lines) {
+        nl = text.find('\n');
+        if (nl == std::string_view::npos) return fail("truncated (no end line)");
+        std::string_view line = text.substr(0, nl);
+        text.remove_prefix(nl + 1);
+        std::string_view t[3];
+        uint64_t n = 0, sum = 0;
+        if (line.starts_with("end ")) {
+            if (!split(line, t, 3) || !number(t[1], n) || n != lines) return fail("the end line does not match");
+            const std::string_view before = whole.substr(0, whole.size() - text.size() - line.size() - 1);
+            if (auto [p, ec] = std::from_chars(t[2].data(), t[2].data() + t[2].size(), sum, 16);
+                ec != std::errc() || p != t[2].data() + t[2].size() || sum != health_checksum(before))
+                return fail("the checksum does not match (torn or altered)");
+            if (!text.empty()) return fail("bytes after the end line");
+            if (!have_at) return fail("no at line");
+            if (ignored) error = fmt::format("{} lines ignored", ignored);
+            return true;
+        }
+        if (lines >= kMaxHealthEntries + 16) return fail("too many lines");
+        if (line.starts_with("at ") && split(line, t, 2) && number(t[1], n)) {
+            out.at_ms = n;
+            have_at = true;
+        } else if (line.starts_with("node ") && split(line, t, 3) && credentials_named(t[1], out.credentials) &&
+                   number(t[2], n) && n <= 3) {
+            out.failing_open = n & 1;
+            out.etcd_quorum_lost = n & 2;
+        } else if (UpstreamHealth u; line.starts_with("up ") && out.upstreams.size() < kMaxHealthEntries &&
+                                     parse_upstream(line, u)) {
+            bool dup = false;
+            for (const UpstreamHealth& x : out.upstreams) dup = dup || x.name == u.name;
+            if (dup) ++ignored;
+            else out.upstreams.push_back(std::move(u));
+        } else {
+            ++ignored;  // another kind (a later version's) or a line that does not parse
+        }
+    }
 }
 
 std::string local_address(int fd) { return address_of(fd, false); }

@@ -348,11 +348,13 @@ void ControlPlane::review() {
     }
     if (!etcd_quorum_lost_ && live > 0 && etcd_down == live) {
         etcd_quorum_lost_ = true;
+        srv_.handoff().health_changed();  // the crash copy's record has the condition
         log::error("control plane has no etcd quorum: every apiserver fails its etcd checks; closing nothing, "
                    "connections go to every endpoint until one is ready",
                    {{"upstreams", names}});
     } else if (etcd_quorum_lost_ && ups_.up_count() > 0) {
         etcd_quorum_lost_ = false;
+        srv_.handoff().health_changed();
         std::string first;
         for (size_t i = 0; i < ups_.size() && first.empty(); ++i)
             if (!ups_[i].removed && ups_[i].health == Health::up) first = ups_[i].name;
@@ -853,6 +855,101 @@ void ControlPlane::on_resolved(NamedEndpoint& n, const ResolveResult& r) {
         changed = true;
     }
     if (changed) srv_.health_changed();
+}
+
+uint64_t ControlPlane::carry_limit_ms() const {
+    return static_cast<uint64_t>(config().s.health_interval.count()) * static_cast<uint64_t>(std::max<int64_t>(config().s.health_fall, 1));
+}
+
+void ControlPlane::review_resumed() { review(); }
+
+handover::HealthRecord ControlPlane::carry_health() const {
+    handover::HealthRecord r;
+    r.at_ms = handover::boottime_ms();
+    r.credentials = creds_.state();
+    r.failing_open = failing_open_;
+    r.etcd_quorum_lost = etcd_quorum_lost_;
+    const uint64_t now = uv_now(loop());
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        const Upstream& u = ups_[i];
+        if (u.removed || !u.resolved) continue;
+        handover::UpstreamHealth h;
+        h.name = u.name;
+        h.health = u.health;
+        h.has_result = u.has_result;
+        h.last_result = u.last_result;
+        h.rises = u.rises;
+        h.falls = u.falls;
+        h.down_reason = u.down_reason;
+        h.passed_check = u.passed_check;
+        h.close_held = u.close_held_since_ms != 0;
+        // No result yet: as old as can be, so that a verdict without one never carries.
+        h.result_age_ms = u.has_result && now >= u.last_result_ms ? now - u.last_result_ms : UINT32_MAX;
+        h.last_change_unix = u.last_change_unix;
+        h.failing_checks = u.failing_checks;
+        h.last_error = u.last_error;
+        r.upstreams.push_back(std::move(h));
+    }
+    return r;
+}
+
+// Before the first client is accepted (Server::start, through Handoff::resume_handover). Nothing
+// is logged per upstream: its state did not change; one line says what carried.
+ControlPlane::Restored ControlPlane::restore_health(const handover::HealthRecord& r, uint64_t now_boottime_ms) {
+    Restored out;
+    const uint64_t now = uv_now(loop());
+    const uint64_t since_written = now_boottime_ms > r.at_ms ? now_boottime_ms - r.at_ms : 0;
+    const uint64_t limit = carry_limit_ms();
+    for (const handover::UpstreamHealth& h : r.upstreams) {
+        Upstream* u = nullptr;
+        for (size_t i = 0; i < ups_.size() && !u; ++i)
+            if (!ups_[i].removed && ups_[i].name == h.name) u = &ups_[i];
+        // An address of a configured hostname endpoint, not resolved by this process yet.
+        if (!u && h.name.find('@') != std::string::npos) u = upstream_for_handover(h.name);
+        if (!u || !u->resolved) {
+            ++out.not_present;
+            continue;
+        }
+        if (!h.has_result) continue;  // nothing to carry: it is checked like a new one
+        if (h.result_age_ms > limit || since_written > limit - h.result_age_ms) {
+            ++out.too_old;
+            continue;
+        }
+        ++out.carried;
+        u->health = h.health;
+        u->rises = h.rises;
+        u->falls = h.falls;
+        u->has_result = h.has_result;
+        u->last_result = h.last_result;
+        u->last_error = h.last_error;
+        u->failing_checks = h.failing_checks;
+        u->down_reason = h.down_reason;
+        u->passed_check = u->passed_check || h.passed_check;
+        u->last_change_unix = h.last_change_unix;
+        // Loop times of this process: the result and the change are "now" for its rules (a
+        // passive failure's staleness, the etcd hold waiting for the others' next results).
+        u->last_result_ms = now;
+        u->last_change_ms = now;
+        u->close_held_since_ms = h.close_held && h.health == Health::down ? std::max<uint64_t>(now, 1) : 0;
+    }
+    // The node's conditions, under the same age rule (from when the record was written). The
+    // episodes go on; the previous process logged their start.
+    if (r.at_ms != 0 && since_written <= limit) {
+        creds_.restore(r.credentials);
+        failing_open_ = r.failing_open && ups_.up_count() == 0;
+        etcd_quorum_lost_ = r.etcd_quorum_lost && ups_.up_count() == 0;
+    }
+    if (out.carried > 0) ups_.update_tiers_now();
+    // The rest have no verdict: checked at once instead of within the start's spread. (An
+    // upstream can carry its last result without a verdict: while every apiserver rejects the
+    // client certificate, the rejections are not counted.)
+    for (size_t i = 0; i < ups_.size(); ++i) {
+        if (ups_[i].removed || ups_[i].health != Health::unknown) continue;
+        ++out.unknown;
+        if (i < checkers_.size() && checkers_[i]) checkers_[i]->check_soon();
+    }
+    arm_hold_timer();
+    return out;
 }
 
 Upstream* ControlPlane::upstream_for_handover(const std::string& name) {

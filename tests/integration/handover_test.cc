@@ -3,6 +3,7 @@
 // the test owns (systemd's FDSTORE=1 protocol on a NOTIFY_SOCKET), and a second kprism started
 // with them (LISTEN_FDS/LISTEN_FDNAMES, as systemd passes them back) resumes splicing.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,14 +18,20 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include <openssl/ssl.h>
+
+#include "harness/apiserver.h"
 #include "harness/dns.h"
 #include "harness/harness.h"
+#include "harness/pki.h"
+#include "kprism/base/json.h"
 #include "kprism/handoff/record.h"
 
 using namespace it;
@@ -118,6 +125,12 @@ public:
         bool truncated = false;
         auto& fds = store_[name];
         return fds.empty() ? std::vector<int>{} : kprism::handover::unpack_fds(fds[0], truncated);
+    }
+    // Drops what is stored under `name`.
+    void drop(const std::string& name) {
+        std::lock_guard g(mu_);
+        for (int f : store_[name]) ::close(f);
+        store_.erase(name);
     }
     // Drops everything (systemd after a stop with no job queued).
     void clear() {
@@ -517,7 +530,7 @@ TEST(RestartInPlace, ConnectionsSurviveWithEveryByte) {
     std::string out = k->output();
     EXPECT_NE(out.find("msg=\"restart in place: checking the configuration with the executable\""), std::string::npos);
     EXPECT_NE(out.find("msg=\"restarting in place: executing the new kprism\" executable=" + bin.exe.string() +
-                       " connections=8 descriptors=3"),
+                       " connections=8 descriptors=4"),
               std::string::npos)
         << out;
     EXPECT_NE(out.find("handed_over=true"), std::string::npos) << out;
@@ -744,4 +757,383 @@ TEST(CrashCopy, OffStoresNothing) {
     EXPECT_FALSE(has_metric_line(http_get(k1->admin_port, "/metrics"), "kprism_crash_copy_connections 0"));
     Kprism nostore({up.endpoint()}, {}, Spawn{{store.env()}, {}});
     ASSERT_TRUE(nostore.wait_output("keep_on_crash: off, no file descriptor store")) << nostore.output();
+}
+
+// What a restart carries: each upstream's state (verdict, reason, rise/fall, the credentials
+// condition, the holds), so that a restart in place, a handover through the store and the crash
+// copy change no routing decision. TLS stand-ins, clients arriving every few milliseconds through
+// the restart, each one telling which stand-in served it.
+namespace {
+
+std::vector<std::string> checked(const Pki& pki, std::vector<std::string> more = {}) {
+    std::vector<std::string> a = {"--client-cert",    pki.client_pem, "--client-key",           pki.client_pem,
+                                  "--ca-file",        pki.ca_cert,    "--health-interval",      "1s",
+                                  "--health-timeout", "500ms",        "--health-fast-interval", "200ms"};
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+}
+
+// Clients that keep arriving: each connects to kprism, does a TLS handshake with the kubelet's
+// certificate and one GET, and notes the stand-in that served it ("" when it was refused or reset),
+// on `threads` threads, one new client every `every` on each, until stop().
+class Arrivals {
+public:
+    Arrivals(const Pki& pki, int port, int threads = 3, std::chrono::milliseconds every = 6ms) {
+        ::signal(SIGPIPE, SIG_IGN);  // a client kprism resets is counted, not the end of the test binary
+        ctx_ = SSL_CTX_new(TLS_client_method());
+        SSL_CTX_use_certificate_chain_file(ctx_, pki.client_pem.c_str());
+        SSL_CTX_use_PrivateKey_file(ctx_, pki.client_pem.c_str(), SSL_FILETYPE_PEM);
+        SSL_CTX_set_verify(ctx_, SSL_VERIFY_NONE, nullptr);  // who answers is the question, not whether to trust it
+        for (int i = 0; i < threads; ++i)
+            ts_.emplace_back([this, port, every] {
+                while (!stop_) {
+                    const auto began = std::chrono::steady_clock::now();
+                    std::string by = one(port);
+                    {
+                        std::lock_guard g(mu_);
+                        ++served_[by];
+                        if (by.empty()) refused_at_.push_back(began);
+                    }
+                    std::this_thread::sleep_for(every);
+                }
+            });
+    }
+    ~Arrivals() {
+        stop();
+        SSL_CTX_free(ctx_);
+    }
+    void stop() {
+        stop_ = true;
+        for (auto& t : ts_)
+            if (t.joinable()) t.join();
+    }
+    size_t count(const std::string& by) {
+        std::lock_guard g(mu_);
+        return served_[by];
+    }
+    size_t total() {
+        std::lock_guard g(mu_);
+        size_t n = 0;
+        for (auto& [by, k] : served_) n += k;
+        return n;
+    }
+    // Refused or reset clients that began connecting after `t`. One that was in flight when the
+    // previous process stopped (accepted, not yet connected upstream: closed by the handover; or
+    // anything not yet in the crash copy) may be refused, as kprism(8) says; none after.
+    size_t refused_since(std::chrono::steady_clock::time_point t) {
+        std::lock_guard g(mu_);
+        return static_cast<size_t>(std::count_if(refused_at_.begin(), refused_at_.end(), [&](auto x) { return x >= t; }));
+    }
+    std::string summary() {
+        std::lock_guard g(mu_);
+        std::string s;
+        for (auto& [by, k] : served_) s += (by.empty() ? "refused" : by) + "=" + std::to_string(k) + " ";
+        return s;
+    }
+
+private:
+    std::string one(int port) {
+        int fd = connect_to(port);
+        if (fd < 0) return "";
+        timeval tv{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        SSL* ssl = SSL_new(ctx_);
+        SSL_set_fd(ssl, fd);
+        std::string by;
+        const std::string req = "GET /client HTTP/1.1\r\nHost: kprism\r\nConnection: close\r\n\r\n";
+        if (SSL_connect(ssl) == 1 && SSL_write(ssl, req.data(), static_cast<int>(req.size())) > 0) {
+            std::string resp;
+            char buf[4096];
+            for (int n; (n = SSL_read(ssl, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+            if (auto p = resp.find("served by "); p != std::string::npos)
+                by = resp.substr(p + 10, resp.find(' ', p + 10) - p - 10);
+        }
+        SSL_free(ssl);
+        ::close(fd);
+        return by;
+    }
+
+    SSL_CTX* ctx_ = nullptr;
+    std::atomic<bool> stop_{false};
+    std::vector<std::thread> ts_;
+    std::mutex mu_;
+    std::map<std::string, size_t> served_;
+    std::vector<std::chrono::steady_clock::time_point> refused_at_;
+};
+
+// Two stand-ins, "good" answering 200 and "bad" 500, and a kprism that has judged both.
+struct TwoApiservers {
+    Pki pki;
+    Apiserver good{pki, "good"}, bad{pki, "bad"};
+    TwoApiservers() { bad.set("500"); }
+    std::vector<std::string> endpoints() const { return {good.addr(), bad.addr()}; }
+    bool judged(const Process& k) const {
+        return k.wait_output("msg=\"upstream up\" upstream=" + good.addr(), 10000ms) &&
+               k.wait_output("msg=\"upstream down\" upstream=" + bad.addr(), 10000ms);
+    }
+};
+
+const char* const kFailModes[] = {"fail-open", "fail-closed"};
+
+}  // namespace
+
+// SIGUSR2 with one apiserver down (500): not one client of those arriving every few milliseconds
+// around the restart reaches it, and none is refused (fail-closed refuses only when nothing is
+// up, and one is). Before, the new process started every upstream unknown for up to a second:
+// failing open sent clients to both, failing closed reset them.
+TEST(RestartHealth, InPlaceRoutesNoClientToADownApiserver) {
+    for (const char* mode : kFailModes) {
+        SCOPED_TRACE(mode);
+        TwoApiservers s;
+        Kprism k(s.endpoints(), checked(s.pki, {"--fail-mode", mode}));
+        ASSERT_TRUE(s.judged(k)) << k.output();
+        Arrivals clients(s.pki, k.port);
+        ASSERT_TRUE(eventually([&] { return clients.count("good") >= 20; })) << clients.summary() << k.output();
+        k.signal(SIGUSR2);
+        ASSERT_TRUE(k.wait_output("msg=\"resumed connections handed over by the previous process\"", 10000ms))
+            << k.output();
+        const auto started = std::chrono::steady_clock::now();
+        const size_t at_restart = clients.total();
+        // A second of clients after the new process started, then some more.
+        ASSERT_TRUE(eventually([&] { return clients.total() >= at_restart + 100; }, 10000ms)) << clients.summary();
+        std::this_thread::sleep_for(1000ms);
+        clients.stop();
+        EXPECT_EQ(clients.count("bad"), 0u) << clients.summary() << k.output();
+        EXPECT_EQ(clients.refused_since(started), 0u) << "refused or reset: " << clients.summary() << k.output();
+        EXPECT_NE(k.output().find("msg=\"upstream health taken over from the previous process\" from=handover "
+                                  "carried=2 too_old=0"),
+                  std::string::npos)
+            << k.output();
+        EXPECT_EQ(k.output().find("msg=\"upstream up\" upstream=" + s.good.addr() + " was=unknown",
+                                  k.output().find("executing the new kprism")),
+                  std::string::npos)
+            << "its verdict carried, not found again: " << k.output();
+    }
+}
+
+// The same through systemd's fd store (SIGTERM, the next process started with what was stored),
+// and after a crash (SIGKILL, keep_on_crash): the next process routes as the previous one did.
+TEST(RestartHealth, StoreAndCrashCopyRouteNoClientToADownApiserver) {
+    for (const bool crash : {false, true})
+        for (const char* mode : kFailModes) {
+            SCOPED_TRACE(std::string(crash ? "crash copy " : "handover ") + mode);
+            TwoApiservers s;
+            FdStore store;
+            const int port = free_port();
+            const std::vector<std::string> flags = checked(s.pki, {"--fail-mode", mode});
+            auto k1 = std::make_unique<Kprism>(s.endpoints(), flags, Spawn{{store.env(), "FDSTORE=64"}, {}}, port,
+                                               free_port());
+            ASSERT_TRUE(s.judged(*k1)) << k1->output();
+            if (crash) {  // the copy of the health, rewritten each second, has the verdicts
+                EXPECT_TRUE(eventually([&] {
+                    return store.record("crash-health").find("up " + s.bad.addr() + " down ") != std::string::npos;
+                })) << store.record("crash-health");
+            }
+            Arrivals clients(s.pki, port);
+            ASSERT_TRUE(eventually([&] { return clients.count("good") >= 20; })) << clients.summary();
+            k1->signal(crash ? SIGKILL : SIGTERM);
+            k1->wait(10000ms);
+            auto k2 = std::make_unique<Kprism>(s.endpoints(), flags, store.spawn_next({store.env(), "FDSTORE=64"}),
+                                               port, free_port());
+            ASSERT_TRUE(k2->wait_output("msg=started")) << k2->output();
+            const auto started = std::chrono::steady_clock::now();
+            const size_t at_restart = clients.total();
+            ASSERT_TRUE(eventually([&] { return clients.total() >= at_restart + 100; }, 10000ms)) << clients.summary();
+            std::this_thread::sleep_for(1000ms);
+            clients.stop();
+            EXPECT_EQ(clients.count("bad"), 0u) << clients.summary() << k2->output();
+            EXPECT_EQ(clients.refused_since(started), 0u) << "refused or reset: " << clients.summary() << k2->output();
+            EXPECT_NE(k2->output().find(std::string("msg=\"upstream health taken over from the previous process\" from=") +
+                                        (crash ? "\"crash copy\"" : "handover") + " carried=2"),
+                      std::string::npos)
+                << k2->output();
+        }
+}
+
+// A handover without a health record (from an older kprism, which writes none), or with one
+// older than health.interval x health.fall, or one that does not parse: every upstream starts
+// unknown, is checked at once, and new clients wait until each has its verdict; still not one
+// reaches the apiserver that is down, and none is refused.
+TEST(RestartHealth, WithoutAFreshRecordNewClientsWaitForTheChecks) {
+    struct Case {
+        const char* name;
+        std::function<void(FdStore&)> change;
+        const char* log;
+    };
+    const Case cases[] = {
+        {"an older kprism's handover", [](FdStore& st) { st.drop("handover-health"); }, "error=\"no health record\""},
+        {"too old",
+         [](FdStore& st) {
+             std::string r = st.record("handover-health");
+             const size_t at = r.find("\nat ") + 4;
+             r.replace(at, r.find('\n', at) - at, "1");  // written at the machine's boot
+             const size_t end = r.rfind("end ");
+             const std::string body = r.substr(0, end), count = r.substr(end, r.find(' ', end + 4) - end);
+             st.replace_record("handover-health",
+                               body + fmt::format("{} {:016x}\n", count, kprism::handover::health_checksum(body)));
+         },
+         "carried=0 too_old=2"},
+        {"garbage", [](FdStore& st) { st.replace_record("handover-health", "kprism-health 1\nup x\n"); },
+         "error=\"truncated (no end line)\""},
+    };
+    for (const Case& tc : cases)
+        for (const char* mode : kFailModes) {
+            SCOPED_TRACE(std::string(tc.name) + " " + mode);
+            TwoApiservers s;
+            FdStore store;
+            const int port = free_port();
+            const std::vector<std::string> flags = checked(s.pki, {"--fail-mode", mode});
+            auto k1 = std::make_unique<Kprism>(s.endpoints(), flags, Spawn{{store.env(), "FDSTORE=64"}, {}}, port,
+                                               free_port());
+            ASSERT_TRUE(s.judged(*k1)) << k1->output();
+            Arrivals clients(s.pki, port);
+            ASSERT_TRUE(eventually([&] { return clients.count("good") >= 20; })) << clients.summary();
+            k1->signal(SIGTERM);
+            k1->wait(10000ms);
+            tc.change(store);
+            auto k2 = std::make_unique<Kprism>(s.endpoints(), flags, store.spawn_next({store.env(), "FDSTORE=64"}),
+                                               port, free_port());
+            ASSERT_TRUE(k2->wait_output("msg=started")) << k2->output();
+            const auto started = std::chrono::steady_clock::now();
+            const size_t at_restart = clients.total();
+            ASSERT_TRUE(eventually([&] { return clients.total() >= at_restart + 100; }, 10000ms)) << clients.summary();
+            clients.stop();
+            EXPECT_EQ(clients.count("bad"), 0u) << clients.summary() << k2->output();
+            EXPECT_EQ(clients.refused_since(started), 0u) << "refused or reset: " << clients.summary() << k2->output();
+            const std::string out = k2->output();
+            EXPECT_NE(out.find("msg=\"upstream health taken over from the previous process\""), std::string::npos) << out;
+            EXPECT_NE(out.find(tc.log), std::string::npos) << out;
+            EXPECT_NE(out.find("msg=\"restarted with upstreams not yet judged: new clients wait for their first checks\""),
+                      std::string::npos)
+                << out;
+            EXPECT_NE(out.find("msg=\"new clients no longer wait: upstreams judged after the restart\" reason=\"every "
+                               "upstream judged\""),
+                      std::string::npos)
+                << out;
+        }
+}
+
+// The next process configured differently: the record's upstream that is no longer configured is
+// ignored, the one still configured carries, the new one starts unknown and is checked at once;
+// no client reaches the removed one or the new one (down).
+TEST(RestartHealth, ARecordNamingAnUpstreamNoLongerConfiguredCarriesTheRest) {
+    TwoApiservers s;
+    Apiserver other(s.pki, "other");
+    other.set("500");
+    FdStore store;
+    const int port = free_port();
+    auto k1 = std::make_unique<Kprism>(s.endpoints(), checked(s.pki), Spawn{{store.env(), "FDSTORE=64"}, {}}, port,
+                                       free_port());
+    ASSERT_TRUE(s.judged(*k1)) << k1->output();
+    Arrivals clients(s.pki, port);
+    ASSERT_TRUE(eventually([&] { return clients.count("good") >= 20; })) << clients.summary();
+    k1->signal(SIGTERM);
+    k1->wait(10000ms);
+    auto k2 = std::make_unique<Kprism>(std::vector<std::string>{s.good.addr(), other.addr()}, checked(s.pki),
+                                       store.spawn_next({store.env(), "FDSTORE=64"}), port, free_port());
+    ASSERT_TRUE(k2->wait_output("msg=\"upstream down\" upstream=" + other.addr() + " was=unknown")) << k2->output();
+    const size_t at_restart = clients.total();
+    ASSERT_TRUE(eventually([&] { return clients.total() >= at_restart + 50; }, 10000ms)) << clients.summary();
+    clients.stop();
+    EXPECT_EQ(clients.count("bad"), 0u) << clients.summary();
+    EXPECT_EQ(clients.count("other"), 0u) << clients.summary();
+    EXPECT_NE(k2->output().find("carried=1 too_old=0 not_configured=1 unknown=1"), std::string::npos) << k2->output();
+    EXPECT_EQ(k2->output().find("msg=\"upstream up\" upstream=" + s.good.addr()), std::string::npos)
+        << "its verdict carried: " << k2->output();
+}
+
+namespace {
+
+// What /status says of the routing state: per upstream its verdict and why, and the node's
+// conditions. last_change_unix too: a carried verdict keeps the moment it was reached.
+std::string routing_state(int admin_port) {
+    kprism::Json doc;
+    std::string error;
+    if (!kprism::parse_json(body_of(http_get(admin_port, "/status")), doc, error)) return "unparsable: " + error;
+    std::string s = "fail_open=" + doc["fail_open"].dump() + " condition=" + doc["condition"].dump() +
+                    " credentials=" + doc["credentials"]["state"].dump() + "\n";
+    for (const auto& u : doc["upstreams"])
+        for (const char* key : {"address", "state", "last_result", "last_error", "down_reason", "failing_checks",
+                                "last_change_unix"})
+            s += std::string(key) + "=" + u[key].dump() + (std::string(key) == "last_change_unix" ? "\n" : " ");
+    return s;
+}
+
+}  // namespace
+
+// The table of what must carry across a restart in place and a crash: for each state (set up by
+// what the stand-ins answer), /status right after the new process started says the same as right
+// before the restart, for every upstream and the node, and no client meanwhile went anywhere the
+// state before forbade.
+TEST(RestartHealth, WhatMustCarry) {
+    const std::string etcd_lost =
+        "body 500\n[+]ping ok\n[-]etcd failed: reason withheld\n[-]etcd-readiness failed: reason withheld\n"
+        "readyz check failed";
+    struct State {
+        const char* name;
+        std::string a, b;         // what each stand-in answers
+        const char* wait_for;     // in kprism's log once the state is reached
+        const char* forbidden;    // no client may be served by this stand-in ("" none)
+        bool judged;              // each upstream has a verdict (not while every apiserver rejects kprism)
+    };
+    const State states[] = {
+        {"one up, one down with its failing checks", "200", etcd_lost, "msg=\"upstream down\"", "b", true},
+        {"no etcd quorum (a hold: nothing closed, failing open)", etcd_lost, etcd_lost,
+         "msg=\"control plane has no etcd quorum", "", true},
+        {"client certificate rejected by every apiserver (the credentials condition)", "401", "401",
+         "msg=\"client certificate rejected by every apiserver", "", false},
+        {"both down, failing open", "503", "500", "msg=\"no upstream ready: failing open", "", true},
+    };
+    for (const bool crash : {false, true})
+        for (const State& st : states) {
+            SCOPED_TRACE(std::string(crash ? "crash copy: " : "in place: ") + st.name);
+            Pki pki;
+            Apiserver a(pki, "a"), b(pki, "b");
+            a.set(st.a);
+            b.set(st.b);
+            FdStore store;
+            const int port = free_port();
+            auto k1 = std::make_unique<Kprism>(std::vector<std::string>{a.addr(), b.addr()}, checked(pki),
+                                               crash ? Spawn{{store.env(), "FDSTORE=64"}, {}} : Spawn{}, port,
+                                               free_port());
+            ASSERT_TRUE(k1->wait_output(st.wait_for, 8000ms)) << k1->output();
+            if (st.judged) {
+                ASSERT_TRUE(eventually([&] { return routing_state(k1->admin_port).find("\"unknown\"") == std::string::npos; }));
+            }
+            // Settled: two answers after the state was reached, and (crash) in the copy.
+            std::this_thread::sleep_for(1200ms);
+            Arrivals clients(pki, port, 2, 10ms);
+            ASSERT_TRUE(eventually([&] { return clients.total() >= 10; })) << clients.summary();
+            const std::string before = routing_state(k1->admin_port);
+            Process* k = k1.get();
+            std::unique_ptr<Kprism> k2;
+            int admin = k1->admin_port;
+            if (crash) {
+                k1->signal(SIGKILL);
+                k1->wait(5000ms);
+                k2 = std::make_unique<Kprism>(std::vector<std::string>{a.addr(), b.addr()}, checked(pki),
+                                              store.spawn_next({store.env(), "FDSTORE=64"}), port, free_port());
+                k = k2.get();
+                admin = k2->admin_port;
+                ASSERT_TRUE(k2->wait_output("msg=started")) << k2->output();
+            } else {
+                k1->signal(SIGUSR2);
+                ASSERT_TRUE(k1->wait_output("msg=\"upstream health taken over from the previous process\"", 10000ms) ||
+                            k1->wait_output("resumed connections handed over", 1000ms))
+                    << k1->output();
+                // The new image's admin endpoint, on the same port.
+                ASSERT_TRUE(eventually([&] { return k1->count_output("msg=\"admin endpoint listening\"") == 2; }))
+                    << k1->output();
+            }
+            const auto started = std::chrono::steady_clock::now();
+            const std::string after = routing_state(admin);
+            EXPECT_EQ(before, after) << k->output();
+            std::this_thread::sleep_for(1000ms);
+            clients.stop();
+            if (*st.forbidden) {
+                EXPECT_EQ(clients.count(st.forbidden), 0u) << clients.summary() << k->output();
+            }
+            EXPECT_EQ(clients.refused_since(started), 0u) << "refused or reset: " << clients.summary() << k->output();
+        }
 }

@@ -126,6 +126,13 @@ public:
     bool socket_activated() const { return sd_.socket_activated; }
     // An upstream's health changed (from the ControlPlane): READY=1 after the first round, STATUS=.
     void health_changed();
+    // After a restart (Handoff::restarted) that left some live upstream without a verdict (the
+    // record did not carry it, it was too old, or there was none: an older kprism's handover),
+    // new clients wait, accepted but not yet connected, until every upstream has a verdict or
+    // health.timeout (at most kHoldMaxMs) has passed; then they go where those verdicts say.
+    // Returns true when `fd` is held (the Server owns it then). From the listener.
+    bool hold_new_client(int fd);
+    static constexpr uint64_t kHoldMaxMs = 3000;
 
 private:
     // The Handoff is a peer (handoff.h): handing over, it sets draining_, closes listeners_ (after
@@ -162,6 +169,9 @@ private:
     void send_ready(const char* reason);
     static void on_ready_timeout(uv_timer_t* t);
     static void on_watchdog(uv_timer_t* t);
+    void start_hold();
+    void release_held(const char* reason);
+    static void on_hold_timeout(uv_timer_t* t);
 
     uv_loop_t* loop_;
     Config cfg_;
@@ -188,6 +198,11 @@ private:
     unsigned options_tick_ = 0;           // options sweeps so far
     bool draining_ = false;
     bool finished_ = false;
+    // hold_new_client(): clients accepted while the first verdicts after a restart are awaited.
+    bool holding_ = false;
+    std::vector<int> held_;
+    uint64_t hold_started_ms_ = 0;
+    uv_timer_t hold_timer_{};
     Systemd sd_;
     Handoff handoff_{*this};           // handover, crash copy, restart in place; closed by finish()
     AdminFactory make_admin_;

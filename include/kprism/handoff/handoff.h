@@ -41,11 +41,20 @@ public:
     // the passed listening socket bound to each configured address (take_handover_listener: the fd,
     // now the caller's, or -1); once the listeners and the control plane run, resume_handover()
     // resumes the connections the record names and closes everything else passed.
-    void keep_passed(const notify::ListenFd& fd) { handover_.passed.push_back(fd); }
+    void keep_passed(const notify::ListenFd& fd) {
+        handover_.passed.push_back(fd);
+        restarted_ = true;
+    }
     void close_passed();
     size_t passed_count() const { return handover_.passed.size(); }
     int take_handover_listener(const sockaddr_storage& addr);
+    // Also takes back the upstreams' health the previous process passed (its health record, or
+    // the crash copy's), before the first client is accepted: ControlPlane::restore_health.
     void resume_handover();
+    // This process took over from a previous one (a handover, a restart in place or a crash copy
+    // was passed): its first clients wait for the first verdicts the record did not carry
+    // (Server::hold_new_clients).
+    bool restarted() const { return restarted_; }
 
     // Out (fd_store.cc): SIGTERM under systemd with a file descriptor store ($FDSTORE), or SIGUSR2
     // once the new executable accepted the configuration. This process stops reading, waits
@@ -61,6 +70,9 @@ public:
     void start_crash_copy();
     void crash_copy_changed() { crash_.changed = true; }
     void listeners_changed();
+    // An upstream's state or a node condition changed: the crash copy's health record is
+    // rewritten now (it is also every 250 ms).
+    void health_changed();
     // keep_on_crash is on (a store exists), and how many connections the stored copy holds.
     bool crash_copy_on() const { return crash_.on; }
     size_t crash_copy_connections() const { return crash_.connections; }
@@ -104,6 +116,10 @@ private:
         size_t connections = 0;         // in the stored copy; 0: none is stored
         bool partial = false;           // the last copy could not hold every connection (logged once)
         bool failing = false;           // the last copy could not be stored (logged once)
+        // The health record (handover::kCrashHealthName): stored once, rewritten in place every
+        // 250 ms and on every change (the store holds the same file).
+        int health_fd = -1;
+        uint64_t copied_ms = 0;  // loop time of the last copy of the connections
         uv_timer_t timer{};
     };
 
@@ -115,7 +131,10 @@ private:
     static void on_crash_timer(uv_timer_t* t);
     // Restart in place (in_place.cc): the check of the new executable, then the exec.
     static void on_check_exit(uv_process_t* p, int64_t status, int term_signal);
-    void exec_in_place(const std::vector<int>& listeners, int carrier, int record, size_t connections);
+    void exec_in_place(const std::vector<int>& listeners, int carrier, int record, int health, size_t connections);
+    void write_crash_health();
+    // The health record read from what was passed, applied to the control plane; logged.
+    void restore_health(const std::string& text, const char* from);
 
     Server& srv_;
     Handover handover_;
@@ -124,6 +143,7 @@ private:
     std::string exe_;                  // the executable's path, /proc/self/exe at start
     uv_process_t check_{};             // `exe_ check ...` before a restart in place
     bool checking_ = false;
+    bool restarted_ = false;
     int exit_code_ = 0;
 };
 

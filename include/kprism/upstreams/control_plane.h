@@ -14,6 +14,7 @@
 
 #include "kprism/base/resolver.h"
 #include "kprism/config/config.h"
+#include "kprism/handoff/record.h"
 #include "kprism/upstreams/credentials.h"
 #include "kprism/upstreams/health_check.h"
 #include "kprism/upstreams/tls_context.h"
@@ -133,6 +134,26 @@ public:
     // hostname endpoint that the previous process had ("HOST@ADDRESS:PORT"), added now (and checked)
     // before this process has resolved the name; nullptr: none.
     Upstream* upstream_for_handover(const std::string& name);
+    // A restart (handoff/): what this process knows of each live upstream and of the node, for the
+    // next process (handover::HealthRecord), and, in that one, taking it back before the first
+    // client is accepted. An upstream's verdict carries only when its last result is at most
+    // carry_limit_ms() old (health.interval x health.fall: the old process would still hold it,
+    // at most one fall away), and only onto an upstream of this process's set with the same name
+    // (address, or HOST@ADDRESS:PORT of a configured hostname endpoint, added here as
+    // upstream_for_handover does); the rest start unknown and are checked at once.
+    handover::HealthRecord carry_health() const;
+    struct Restored {
+        size_t carried = 0;       // verdicts taken over
+        size_t too_old = 0;       // older than carry_limit_ms(): unknown, checked at once
+        size_t not_present = 0;   // named upstreams this process does not have
+        size_t unknown = 0;       // live upstreams left without a verdict (checked at once)
+    };
+    Restored restore_health(const handover::HealthRecord& r, uint64_t now_boottime_ms);
+    uint64_t carry_limit_ms() const;
+    // Once the handed-over connections are resumed: what follows a check result (holds, etcd
+    // condition, the closes of connections on a down upstream within close_spread), so that a
+    // connection resumed onto an upstream that was down before the restart closes as it would have.
+    void review_resumed();
     // Time and size bounds of one resolution.
     static constexpr uint64_t kResolveTimeoutMs = 5000;
     // The environment variable naming the DNS servers asked instead of resolv.conf's (tests).

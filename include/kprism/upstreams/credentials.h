@@ -51,6 +51,11 @@ public:
                       uint64_t generation);
     // The certificate files were loaded anew. Returns true if that ended the condition.
     bool on_rotation();
+    // A restart: the condition as the previous process left it (no round running).
+    void restore(CredentialsState s) {
+        state_ = s;
+        round_ = false;
+    }
 
     CredentialsState state() const { return state_; }
     bool rejected() const { return state_ == CredentialsState::rejected; }

@@ -258,6 +258,8 @@ public:
     bool note(Upstream& u, CheckResult r, const std::string& error, uint64_t now, const FailingChecks& checks = {});
     bool apply(Upstream& u, CheckResult r, const std::string& error, bool explicit_down, uint64_t now,
                bool class_changed);
+    // Recomputes the latency tiers (after health was set from outside, a restart's record).
+    void update_tiers_now() { update_tiers(); }
     // Feeds a probe's connect time into the EWMA and recomputes latency tiers.
     void record_rtt(Upstream& u, double rtt_ms);
 

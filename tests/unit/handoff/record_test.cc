@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The handover record: round trip, and every form of a bad record refused whole.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -8,6 +9,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -142,11 +144,12 @@ TEST(Handover, NamesAndSocketAddresses) {
     EXPECT_TRUE(handover::is_handover_name("handover-data"));
     EXPECT_TRUE(handover::is_handover_name("handover-conn"));
     EXPECT_TRUE(handover::is_handover_name("handover-state"));
+    EXPECT_TRUE(handover::is_handover_name("handover-health"));
     EXPECT_FALSE(handover::is_handover_name("data"));
     EXPECT_FALSE(handover::is_handover_name("handover-"));
-    // The crash copy's (crash_copy.cc): two generations, and the listeners.
+    // The crash copy's (crash_copy.cc): two generations, the listeners and the health record.
     EXPECT_EQ(handover::crash_names(), (std::vector<std::string>{"crash-data", "crash-conn-0", "crash-conn-1",
-                                                                 "crash-state-0", "crash-state-1"}));
+                                                                 "crash-state-0", "crash-state-1", "crash-health"}));
     EXPECT_EQ(handover::crash_connection_name(2), "crash-conn-0");
     for (const std::string& n : handover::crash_names()) EXPECT_TRUE(handover::is_handover_name(n)) << n;
 
@@ -263,4 +266,164 @@ TEST(HandoverCarrier, EverySocketOutInOrder) {
     EXPECT_EQ(sent, 0u);
     EXPECT_TRUE(handover::unpack_fds(empty, truncated).empty());
     ::close(empty);
+}
+
+// The health record a restart passes beside the handover record (ControlPlane::carry_health).
+namespace {
+
+handover::HealthRecord health_record() {
+    handover::HealthRecord r;
+    r.at_ms = 123456789;
+    r.credentials = CredentialsState::rejected;
+    r.failing_open = true;
+    r.etcd_quorum_lost = false;
+    handover::UpstreamHealth a;
+    a.name = "127.0.0.1:6443";
+    a.health = Health::up;
+    a.has_result = true;
+    a.last_result = CheckResult::ready;
+    a.passed_check = true;
+    a.result_age_ms = 800;
+    a.last_change_unix = 1700000000;
+    handover::UpstreamHealth b;
+    b.name = "api.example.com@[fd00::1]:6443";
+    b.health = Health::down;
+    b.has_result = true;
+    b.last_result = CheckResult::not_ready;
+    b.rises = 1;
+    b.falls = 0;
+    b.down_reason = DownReason::etcd;
+    b.close_held = true;
+    b.result_age_ms = 12;
+    b.failing_checks.names = {"etcd", "etcd-readiness"};
+    b.failing_checks.more = 3;
+    b.last_error = "HTTP 500: [-]etcd failed\n100% \"down\"\x01";
+    handover::UpstreamHealth c;
+    c.name = "[::1]:6443";  // never checked
+    r.upstreams = {a, b, c};
+    return r;
+}
+
+}  // namespace
+
+TEST(HealthRecord, RoundTrip) {
+    const handover::HealthRecord r = health_record();
+    const std::string text = handover::serialize_health(r);
+    EXPECT_EQ(text.rfind("kprism-health 1\nat 123456789\nnode rejected 1\n", 0), 0u) << text;
+    EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 7) << "one line per upstream, the error on its own: " << text;
+    handover::HealthRecord got;
+    std::string error;
+    ASSERT_TRUE(handover::parse_health(text, got, error)) << error << "\n" << text;
+    EXPECT_EQ(error, "");
+    EXPECT_EQ(got.at_ms, r.at_ms);
+    EXPECT_EQ(got.credentials, CredentialsState::rejected);
+    EXPECT_TRUE(got.failing_open);
+    EXPECT_FALSE(got.etcd_quorum_lost);
+    ASSERT_EQ(got.upstreams.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        const auto &x = r.upstreams[i], &y = got.upstreams[i];
+        SCOPED_TRACE(x.name);
+        EXPECT_EQ(y.name, x.name);
+        EXPECT_EQ(y.health, x.health);
+        EXPECT_EQ(y.has_result, x.has_result);
+        if (x.has_result) {
+            EXPECT_EQ(y.last_result, x.last_result);
+        }
+        EXPECT_EQ(y.rises, x.rises);
+        EXPECT_EQ(y.falls, x.falls);
+        EXPECT_EQ(y.down_reason, x.down_reason);
+        EXPECT_EQ(y.passed_check, x.passed_check);
+        EXPECT_EQ(y.close_held, x.close_held);
+        EXPECT_EQ(y.result_age_ms, x.result_age_ms);
+        EXPECT_EQ(y.last_change_unix, x.last_change_unix);
+        EXPECT_EQ(y.failing_checks, x.failing_checks);
+        EXPECT_EQ(y.last_error, x.last_error);
+    }
+}
+
+// Hostile or foreign input: a record without its header or end line is refused whole; a line of
+// another kind, or one that does not parse, is ignored and the rest taken; bounds hold.
+TEST(HealthRecord, BadInput) {
+    const std::string good = handover::serialize_health(health_record());
+    handover::HealthRecord got;
+    std::string error;
+    for (const std::string& bad :
+         {std::string(""), std::string("kprism-health 2\nat 1\nend 1\n"), good.substr(0, good.size() - 1),
+          good.substr(0, good.size() / 2), good + "x", std::string("kprism-health 1\nend 0\n"),
+          std::string("kprism-handover 1\nend 0\n"), std::string(8, '\xff'),
+          std::string("kprism-health 1\nat 1\n") + std::string(handover::kMaxHealthBytes, 'x') + "\nend 2\n"}) {
+        EXPECT_FALSE(handover::parse_health(bad, got, error)) << bad.substr(0, 80);
+        EXPECT_TRUE(got.upstreams.empty());
+    }
+    // A torn rewrite: the beginning of one record over the end of another with as many lines.
+    {
+        handover::HealthRecord older = health_record();
+        older.at_ms -= 250;  // the copy before
+        older.upstreams[0].health = Health::down;
+        const std::string a = handover::serialize_health(older);
+        const std::string torn = good.substr(0, good.find("\nup ") + 1) + a.substr(a.find("\nup ") + 1);
+        ASSERT_EQ(std::count(torn.begin(), torn.end(), '\n'), std::count(good.begin(), good.end(), '\n'));
+        EXPECT_FALSE(handover::parse_health(torn, got, error)) << torn;
+        EXPECT_NE(error.find("checksum"), std::string::npos) << error;
+    }
+    // Unknown and broken lines: ignored, counted; the end line counts every line.
+    const std::string mixed = std::string() +
+        "kprism-health 1\nat 5\nnode ok 0\nzone 127.0.0.1:1 a\n"
+        "up 127.0.0.1:1 sideways ready 0 0 other 3 1 0 - 0 -\n"          // no such health
+        "up 127.0.0.1:2 up ready 0 0 other 9 1 0 - 0 -\n"                // flags out of range
+        "up 127.0.0.1:3 up ready 0 0 other 3 1 0 ETCD! 0 -\n"            // a check name of other characters
+        "up 127.0.0.1:4 down timeout 0 0 timeout 1 1 0 - 0 a%ZZ\n"       // a bad escape
+        "up 127.0.0.1:5 up ready 0 0 other 3 1 0 - 0 -\n"
+        "up 127.0.0.1:5 down ready 0 0 other 3 1 0 - 0 -\n"              // the same name again
+        "up 127.0.0.1:6 up ready 0 0 other 3 1 0 - 0 - extra\n";
+    ASSERT_TRUE(handover::parse_health(mixed + fmt::format("end 10 {:016x}\n", handover::health_checksum(mixed)), got,
+                                       error))
+        << error;
+    EXPECT_EQ(error, "7 lines ignored");
+    ASSERT_EQ(got.upstreams.size(), 1u);
+    EXPECT_EQ(got.upstreams[0].name, "127.0.0.1:5");
+    EXPECT_EQ(got.upstreams[0].health, Health::up);
+    EXPECT_EQ(got.credentials, CredentialsState::ok);
+    // At most kMaxHealthEntries upstreams are written, and an error is cut at kMaxErrorBytes.
+    handover::HealthRecord many;
+    many.at_ms = 1;
+    for (size_t i = 0; i < handover::kMaxHealthEntries + 5; ++i) {
+        handover::UpstreamHealth u;
+        u.name = "127.0.0." + std::to_string(i % 250 + 1) + ":" + std::to_string(1000 + i);
+        u.last_error = std::string(5000, ' ');
+        many.upstreams.push_back(u);
+    }
+    ASSERT_TRUE(handover::parse_health(handover::serialize_health(many), got, error)) << error;
+    EXPECT_EQ(got.upstreams.size(), handover::kMaxHealthEntries);
+    EXPECT_EQ(got.upstreams[0].last_error.size(), handover::kMaxErrorBytes);
+}
+
+// KPRISM_HANDOVER_HEALTH names the descriptor right after the others, or nothing is taken; the
+// variable never survives the call.
+TEST(HandoverInherit, TheHealthDescriptor) {
+    for (int fd : {3, 4, 5, 6})
+        if (::fcntl(fd, F_GETFD) >= 0) GTEST_SKIP() << "descriptor " << fd << " is in use here";
+    for (int fd : {3, 4, 5, 6}) ASSERT_EQ(::dup2(1, fd), fd);
+    for (const char* bad : {"5", "7", "x", "", "6 "}) {
+        ::setenv("KPRISM_HANDOVER", "1,1,1", 1);
+        ::setenv("KPRISM_HANDOVER_HEALTH", bad, 1);
+        std::string err;
+        auto got = handover::inherited_fds(&err);
+        EXPECT_EQ(got.size(), 3u) << bad;
+        EXPECT_EQ(std::getenv("KPRISM_HANDOVER_HEALTH"), nullptr);
+    }
+    ::setenv("KPRISM_HANDOVER", "1,1,1", 1);
+    ::setenv("KPRISM_HANDOVER_HEALTH", "6", 1);
+    std::string err;
+    auto got = handover::inherited_fds(&err);
+    ASSERT_EQ(got.size(), 4u) << err;
+    EXPECT_EQ(got[3].fd, 6);
+    EXPECT_EQ(got[3].name, "handover-health");
+    EXPECT_TRUE(handover::is_handover_name(got[3].name));
+    EXPECT_EQ(std::getenv("KPRISM_HANDOVER_HEALTH"), nullptr);
+    // Without KPRISM_HANDOVER the health variable is removed too.
+    ::setenv("KPRISM_HANDOVER_HEALTH", "6", 1);
+    EXPECT_TRUE(handover::inherited_fds(&err).empty());
+    EXPECT_EQ(std::getenv("KPRISM_HANDOVER_HEALTH"), nullptr);
+    for (int fd : {3, 4, 5, 6}) ::close(fd);
 }
