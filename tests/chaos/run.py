@@ -185,7 +185,7 @@ class Chaos:
         if name == "c4":
             dur = r.uniform(3.5, 7.0)  # I8 judges an answer held for interval + timeout + margin
             kinds = ["etcd500", "shutdown500", "other500", "nocl500", "chunked500", "401", "503", "hang", "garbage",
-                     "latency"] + (["blackhole"] if self.netns else [])
+                     "latency", "extra500", "extra200", "notify200"] + (["blackhole"] if self.netns else [])
             f = r.choice(kinds)
             wid = self.ev.open(f"c4 {f}")
             self.faults[name] = (f, wid)
