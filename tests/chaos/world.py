@@ -100,6 +100,7 @@ C4_EXPECT = {"etcd500": ("not_ready", "etcd"), "shutdown500": ("not_ready", "shu
              "other500": ("not_ready", "informer-sync"), "nocl500": ("not_ready", "etcd"),
              "chunked500": ("not_ready", "etcd"), "401": ("unauthorized", None), "503": ("not_ready", None),
              "extra500": ("ready", None), "extra200": ("not_ready", "etcd"), "notify200": ("ready", None)}
+C4_HOSTILE = ("extra500", "extra200", "notify200")
 
 
 def _kill(proc):

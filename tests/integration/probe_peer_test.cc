@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "harness/apiserver.h"
 #include "harness/harness.h"
 #include "harness/pki.h"
 #include "harness/probe_peer.h"
@@ -315,4 +316,22 @@ TEST(ProbePeer, EarlyAnswerAndGarbage) {
     EXPECT_GE(protocol_errors(k, p), 4);
     EXPECT_TRUE(k.wait_output("reason=\"data between probes\"")) << k.output();
     EXPECT_TRUE(k.wait_output("reason=\"TLS error after the answer\"")) << k.output();
+}
+
+// The C++ stand-in's hostile modes, which `make chaos` gives c4: "rawrecords" (each answer a
+// record of its own, corked into one write) and "rawnotify" (a close_notify with the answer, no
+// FIN). Every check is the first answer after its request.
+TEST(ProbePeer, StandinHostileModes) {
+    Pki pki;
+    Apiserver a(pki, "a");
+    const std::string ok = http_answer(200, 0), bad = http_answer(500, 0);
+    a.set("rawrecords\n" + ok + "\f" + bad + "\f" + bad + "\f" + bad);
+    Kprism k({a.addr()}, flags(pki));
+    ASSERT_TRUE(k.wait_output(kUp + a.addr())) << k.output();
+    ASSERT_TRUE(eventually([&] { return a.proc->count_output("status=rawrecords") >= 5; }, 10000ms));
+    EXPECT_EQ(k.count_output("msg=\"health check\" upstream=" + a.addr() + " result=not_ready"), 0u) << k.output();
+    a.set("rawnotify\n" + ok);
+    ASSERT_TRUE(eventually([&] { return a.proc->count_output("status=rawnotify") >= 5; }, 10000ms));
+    EXPECT_EQ(k.count_output("msg=\"health check\" upstream=" + a.addr() + " result=timeout"), 0u) << k.output();
+    EXPECT_EQ(k.count_output(kDown), 0u) << k.output();
 }

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -266,8 +267,11 @@ After serve_readyz(Conn& c, const std::string& path, const std::string& user, bo
     // A hostile peer: "rawrecords", the pieces of the rest split at form feeds, each its own TLS
     // record (the answer, then answers nobody asked for); "rawnotify", the rest then a
     // close_notify, and no FIN until the client goes.
+    // Corked: the records leave in one TCP segment, to be read together.
+    auto cork = [&](int on) { setsockopt(c.fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on); };
     if (mode == "rawrecords") {
         log(mode);
+        cork(1);
         bool ok = true;
         for (size_t at = 0; ok && at <= custom.size();) {
             size_t ff = custom.find('\f', at);
@@ -275,14 +279,17 @@ After serve_readyz(Conn& c, const std::string& path, const std::string& user, bo
             if (ff > at) ok = c.write(custom.data() + at, ff - at);
             at = ff + 1;
         }
+        cork(0);
         return ok && !close_after ? After::keep : After::close;
     }
     if (mode == "rawnotify") {
         log(mode);
+        cork(1);
         if (c.write(custom) && c.ssl) {
             ERR_clear_error();
             SSL_shutdown(c.ssl);
         }
+        cork(0);
         return After::hang;
     }
     if (mode.rfind("body ", 0) == 0) {
