@@ -179,6 +179,8 @@ std::string render_metrics(const StateView& s) {
     for (const Upstream* u : ups) w.sample(up_label(*u), u->probes_reused);
     w.family(Metric::health_check_connections_ended_total);
     for (const Upstream* u : ups) w.sample(up_label(*u), u->probe_connections_ended);
+    w.family(Metric::health_check_protocol_errors_total);
+    for (const Upstream* u : ups) w.sample(up_label(*u), u->probe_protocol_errors);
 
     w.single(Metric::health_checkers, s.health_checkers);
 

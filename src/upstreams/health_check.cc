@@ -105,8 +105,20 @@ void HealthChecker::begin() {
         begin_when_closed_ = true;  // a new connection once this one's handle is closed
         return;
     }
+    if (kept_) {
+        // Anything that arrived between probes and was not read yet (part of a record) would be
+        // taken for the next answer.
+        if (const char* left = buffered_leftover(false)) {
+            protocol_error(left, nullptr);
+            close_connection(true);
+            begin_when_closed_ = true;
+            return;
+        }
+    }
     started_ms_ = now;
     ++probes_;
+    rest_ = Rest::nothing;
+    rest_why_ = nullptr;
     if (kept_) {
         reused_ = true;
         ++up_.probes_reused;
@@ -232,8 +244,11 @@ void HealthChecker::close_connection(bool ended_well) {
 // timeout, a graceful shutdown, a restart) is a signal: a probe on a new connection follows, at a
 // random moment within fast_interval so that the nodes an apiserver dropped at once do not all
 // come back in the same instant. TLS records that carry no data (session tickets) are fine.
+// Data between probes (an answer nobody asked for, or garbage) is the apiserver's protocol error:
+// the connection is closed before a probe could take it for its answer.
 void HealthChecker::on_idle_read(ssize_t n) {
     const char* why = nullptr;
+    bool extra = false;
     if (n > 0) {
         BIO_write(rbio_, rbuf_.get(), static_cast<int>(n));
         char buf[512];
@@ -243,14 +258,19 @@ void HealthChecker::on_idle_read(ssize_t n) {
         if (r > 0) why = "data between probes";
         else if (e == SSL_ERROR_ZERO_RETURN) why = "closed by the apiserver (close_notify)";
         else if (e != SSL_ERROR_WANT_READ) why = "TLS error between probes";
+        extra = r > 0 || (why && e != SSL_ERROR_ZERO_RETURN);
         flush();
         ERR_clear_error();
         if (!why) return;
     } else {
         why = n == UV_EOF ? "closed by the apiserver" : uv_strerror(static_cast<int>(n));
     }
-    ++up_.probe_connections_ended;
-    KPRISM_DEBUG("probe connection ended", {{"upstream", up_.name}, {"reason", why}});
+    if (extra) {
+        protocol_error(why, nullptr);
+    } else {
+        ++up_.probe_connections_ended;
+        KPRISM_DEBUG("probe connection ended", {{"upstream", up_.name}, {"reason", why}});
+    }
     close_connection(n > 0 || n == UV_EOF);
     want_new_ = true;
     const auto fast = static_cast<uint64_t>(cp_.config().s.health_fast_interval.count());
@@ -269,6 +289,65 @@ bool HealthChecker::request_acknowledged() const {
     socklen_t len = sizeof ti;
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0) return false;
     return ti.tcpi_unacked == 0;
+}
+
+// Bytes OpenSSL holds that no answer took: decrypted data not read yet, a record or part of one
+// in its buffer or in the read BIO. nullptr: none.
+const char* HealthChecker::buffered_leftover(bool after_answer) const {
+    if (SSL_pending(ssl_) > 0) return after_answer ? "data after the answer" : "data between probes";
+    if (SSL_has_pending(ssl_) || BIO_ctrl_pending(rbio_) > 0)
+        return after_answer ? "part of a TLS record after the answer" : "part of a TLS record between probes";
+    return nullptr;
+}
+
+// After an answer whose end the parser knows: what follows it in what the socket gave so far.
+// Records already received are read now (the next probe's read would otherwise take them for its
+// answer): application data, or anything but a close_notify or another complete record that
+// carries none (a session ticket, a key update), is Rest::extra. The socket's EOF cannot be among
+// them: libuv reports it in a read of its own, which finds the probe over (on_idle_read).
+HealthChecker::Rest HealthChecker::rest_after_answer() {
+    if (parser_.trailing() || SSL_pending(ssl_) > 0) {
+        rest_why_ = "data after the answer";
+        return Rest::extra;
+    }
+    Rest rest = Rest::nothing;
+    char buf[512];
+    for (;;) {
+        ERR_clear_error();
+        int n = SSL_read(ssl_, buf, sizeof buf);
+        if (n > 0) {
+            rest_why_ = "data after the answer";
+            rest = Rest::extra;
+            break;
+        }
+        int e = SSL_get_error(ssl_, n);
+        if (e == SSL_ERROR_WANT_READ) break;
+        if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && ERR_peek_error() == 0)) {
+            rest = Rest::closed;
+            break;
+        }
+        rest_why_ = "TLS error after the answer";
+        rest = Rest::extra;
+        break;
+    }
+    ERR_clear_error();
+    flush();  // a key update's answer, say
+    if (rest == Rest::nothing && (rest_why_ = buffered_leftover(true))) rest = Rest::extra;
+    return rest;
+}
+
+// The apiserver sent what no probe asked for: counted, and logged at most once a second per
+// upstream (`suppressed` says how many were not). The caller closes the connection.
+void HealthChecker::protocol_error(const char* what, const char* answer) {
+    ++up_.probe_protocol_errors;
+    if (auto n = protocol_log_.take(uv_now(cp_.loop()))) {
+        if (answer)
+            log::warn("probe connection closed on a protocol error",
+                      {{"upstream", up_.name}, {"reason", what}, {"answer", answer}, {"suppressed", *n}});
+        else
+            log::warn("probe connection closed on a protocol error",
+                      {{"upstream", up_.name}, {"reason", what}, {"suppressed", *n}});
+    }
 }
 
 // One step of the TLS client: handshake, then the request, then the response; whatever OpenSSL
@@ -297,6 +376,7 @@ void HealthChecker::drive() {
             int n = SSL_read(ssl_, buf, sizeof buf);
             if (n > 0) {
                 if (parser_.feed(buf, static_cast<size_t>(n)) != HttpResponseParser::State::need_more) {
+                    rest_ = parser_.ended() ? rest_after_answer() : Rest::nothing;
                     conclude();
                     return;
                 }
@@ -428,8 +508,14 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
         return;
     }
     retried_ = false;
-    // A complete answer on an HTTP/1.1 connection that may carry another: kept for the next probe.
-    if (phase_was_response && parser_.reusable() && ssl_ && tcp_open_ &&
+    const Rest rest = phase_was_response ? rest_ : Rest::nothing;
+    rest_ = Rest::nothing;
+    // The answer counts however the connection goes on: it is the apiserver's answer to this
+    // request (HTTP/1.1 answers in order; what follows it is not).
+    if (rest == Rest::extra) protocol_error(rest_why_, result_name(r));
+    // A complete answer on an HTTP/1.1 connection that may carry another, and nothing after it:
+    // kept for the next probe.
+    if (phase_was_response && parser_.reusable() && rest == Rest::nothing && ssl_ && tcp_open_ &&
         cp_.config().s.health_new_connection_interval.count() > 0) {
         kept_ = true;
         sockaddr_storage local{};
@@ -440,8 +526,16 @@ void HealthChecker::finish(CheckResult r, std::string error, bool explicit_down,
                                              ? reinterpret_cast<const sockaddr_in6*>(&local)->sin6_port
                                              : reinterpret_cast<const sockaddr_in*>(&local)->sin_port);
     } else {
+        // A close_notify with an answer that would have kept the connection: the apiserver ended
+        // it, gracefully (the session stays resumable). The next probe opens a new one when due.
+        if (rest == Rest::closed && parser_.reusable()) {
+            ++up_.probe_connections_ended;
+            KPRISM_DEBUG("probe connection ended",
+                         {{"upstream", up_.name}, {"reason", "closed by the apiserver with its answer (close_notify)"}});
+        }
         close_connection(session_sound);
     }
+    rest_why_ = nullptr;
     reused_ = false;
     KPRISM_DEBUG("health check", {{"upstream", up_.name}, {"result", result_name(r)}, {"error", error}});
     // From the connect (the request, on the kept connection), when the deadline started: the time

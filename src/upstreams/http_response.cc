@@ -298,11 +298,15 @@ HttpResponseParser::State HttpResponseParser::eof() {
     return state_ = State::done;
 }
 
-bool HttpResponseParser::reusable() const {
-    if (!for_reuse_ || state_ != State::done || !http11_ || conn_close_ || trailing_) return false;
+bool HttpResponseParser::ended() const {
+    if (state_ != State::done) return false;
     if (phase_ == Phase::complete) return true;  // reached only through "Transfer-Encoding: chunked" alone
     return !chunked_ && content_length_ >= 0 && phase_ == Phase::length &&
            body_.size() == static_cast<size_t>(content_length_);
+}
+
+bool HttpResponseParser::reusable() const {
+    return for_reuse_ && ended() && http11_ && !conn_close_ && !trailing_;
 }
 
 std::string HttpResponseParser::body_excerpt() const {

@@ -433,14 +433,18 @@ class Checker:
     def _i8(self, t, st, ups):
         """The result class kprism reports for c4 is what c4 answers (the /readyz file)."""
         w = self.w
-        from world import C4_EXPECT
+        from world import C4_EXPECT, C4_HOSTILE
         mode, since = w.c4_mode, w.c4_mode_since
         exp = C4_EXPECT.get(mode)
-        if exp is None or (mode, since) in self.i8_checked:
+        # A hostile peer's answers are judged at every sample, not once: an answer taken for a
+        # later check's shows as a result that flips between samples.
+        if exp is None or (mode not in C4_HOSTILE and (mode, since) in self.i8_checked):
             return
         quiet_since = max(since, w.c4_net_quiet_since, w.cert_normal_since, w.c4_configured_since)
         if w.c4_net_faulty or not w.cert_normal or t - quiet_since < self.b["I8"]:
             return
+        if mode in C4_HOSTILE and self.ev.in_window("sigusr2", t, self.b["I8"]):
+            return  # a restart's first check of c4 may not have answered yet
         u = ups.get(w.c4_endpoint)
         if u is None:
             return

@@ -185,7 +185,7 @@ class Chaos:
         if name == "c4":
             dur = r.uniform(3.5, 7.0)  # I8 judges an answer held for interval + timeout + margin
             kinds = ["etcd500", "shutdown500", "other500", "nocl500", "chunked500", "401", "503", "hang", "garbage",
-                     "latency"] + (["blackhole"] if self.netns else [])
+                     "latency", "extra500", "extra200", "notify200"] + (["blackhole"] if self.netns else [])
             f = r.choice(kinds)
             wid = self.ev.open(f"c4 {f}")
             self.faults[name] = (f, wid)
@@ -417,6 +417,19 @@ class Chaos:
             return
         self.halfclose()
 
+    def hostile_peer_when_c4(self, kind, dur, tries=0):
+        """The guaranteed hostile probe peer: c4 answers /readyz with answers nobody asked for (in TLS
+        records of their own) or with a close_notify, once c4 is configured, without a fault and
+        left alone by no half-close event (retried every second, 10 times at most); I8 judges it."""
+        if "c4" in self.faults or not self.static_c4 or self.extra_on or self.hc_busy():
+            if tries < 10:
+                self.later(1.0, self.hostile_peer_when_c4, kind, dur, tries + 1)
+            return
+        self.faults["c4"] = (kind, self.ev.open(f"c4 {kind}"))
+        self.w.set_c4(kind)
+        self.ev.add("readyz", "c4", f"{kind} for {dur:.1f}s (hostile probe peer)")
+        self.later(dur, self.c4_heal)
+
     def halfclose(self):
         """Client connections (until two reach c4, at most 8), each with one GET answered, half-closed (FIN) then reset (SO_LINGER
         0, close) 0.2-2.5 s later, while the relay in front of c4 holds a FIN from kprism for 8 s
@@ -629,6 +642,11 @@ def run_seed(seed, seconds, args, netns, totals):
             # Guaranteed per seed: one half-close event (I9), and a churn phase after I4's warm-up
             # with I4's baseline before it and its tail after it (no SIGUSR2 or admin flood then).
             chaos.later(rng.uniform(3.0, 8.0), chaos.halfclose_when_c4)
+            # And one hostile probe peer, drawn from its own generator: the seed's other events stay
+            # what they were.
+            hrng = random.Random(seed * 7919 + 1)
+            chaos.later(hrng.uniform(4.0, 20.0), chaos.hostile_peer_when_c4,
+                        hrng.choice(["extra500", "extra200", "notify200"]), hrng.uniform(4.0, 7.0))
             c_at = rng.uniform(checks.WARMUP + 2.0, checks.WARMUP + 4.0)
             c_dur = min(14.0, seconds - c_at - 7.0)
             if c_dur >= 5.0:

@@ -65,6 +65,17 @@ def _chunked(body, size=700):
 # post-start hooks): the etcd lines last.
 LONG_ETCD_BODY = "".join(f"[+]poststarthook/chaos-hook-{i:03d} ok\n" for i in range(80)) + ETCD_BODY
 
+def _answer(code, body):
+    return (f"HTTP/1.1 {code} {'OK' if code == 200 else 'Internal Server Error'}\r\n"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body.encode())}\r\n\r\n{body}")
+
+
+# A hostile probe peer: the answer, then six answers nobody asked for, each in a TLS record of its
+# own (the stand-in's "rawrecords" splits at form feeds); or the answer with a close_notify.
+EXTRA_500 = "rawrecords\n" + "\f".join([_answer(200, "ok")] + [_answer(500, ETCD_BODY)] * 6)
+EXTRA_200 = "rawrecords\n" + "\f".join([_answer(500, ETCD_BODY)] + [_answer(200, "ok")] * 6)
+NOTIFY_200 = "rawnotify\n" + _answer(200, "ok")
+
 C4_MODES = {
     "200": "200\n",
     "etcd500": "body 500\n" + ETCD_BODY,
@@ -80,11 +91,16 @@ C4_MODES = {
     "503": "503\n",
     "hang": "hang\n",
     "garbage": "garbage\n",
+    "extra500": EXTRA_500,
+    "extra200": EXTRA_200,
+    "notify200": NOTIFY_200,
 }
 # What kprism should say about each (last_result, failing check that must be named or None).
 C4_EXPECT = {"etcd500": ("not_ready", "etcd"), "shutdown500": ("not_ready", "shutdown"),
              "other500": ("not_ready", "informer-sync"), "nocl500": ("not_ready", "etcd"),
-             "chunked500": ("not_ready", "etcd"), "401": ("unauthorized", None), "503": ("not_ready", None)}
+             "chunked500": ("not_ready", "etcd"), "401": ("unauthorized", None), "503": ("not_ready", None),
+             "extra500": ("ready", None), "extra200": ("not_ready", "etcd"), "notify200": ("ready", None)}
+C4_HOSTILE = ("extra500", "extra200", "notify200")
 
 
 def _kill(proc):

@@ -23,6 +23,8 @@ struct Outcome {
     State state;
     State after_eof;
     int status;
+    bool ended;       // read exactly to its framed end, before the close
+    size_t received;  // then: the bytes it took, its length in the stream
 };
 
 Outcome run(const uint8_t* data, size_t size, const std::vector<size_t>& pieces, size_t max, size_t excerpt,
@@ -41,9 +43,14 @@ Outcome run(const uint8_t* data, size_t size, const std::vector<size_t>& pieces,
         if (st == State::error) FUZZ_CHECK(!p.error().empty());
         // Reused only after a complete, exactly delimited answer, and only when asked for.
         FUZZ_CHECK(!p.reusable() || (reuse && st == State::done));
+        FUZZ_CHECK(!p.reusable() || (p.ended() && !p.trailing()));
+        FUZZ_CHECK(!p.ended() || st == State::done);
+        // The bytes after a framed end are never taken: they are the caller's to see.
+        FUZZ_CHECK(!p.ended() || p.received() + (p.trailing() ? 1 : 0) <= off);
+        FUZZ_CHECK(!p.trailing() || st == State::done);
     }
     FUZZ_CHECK(off <= size);
-    Outcome o{st, State::need_more, p.status()};
+    Outcome o{st, State::need_more, p.status(), p.ended(), p.ended() ? p.received() : 0};
     // A parser that is done or failed stays so, whatever follows.
     if (st != State::need_more) {
         static const char more[] = "HTTP/1.1 200 OK\r\n\r\n";
@@ -69,6 +76,9 @@ void compare(const Outcome& a, const Outcome& b) {
     FUZZ_CHECK(a.state == b.state);
     FUZZ_CHECK(a.after_eof == b.after_eof);
     if (a.after_eof == State::done) FUZZ_CHECK(a.status == b.status);
+    // Where a framed response ends in the stream does not depend on how it arrived.
+    FUZZ_CHECK(a.ended == b.ended);
+    FUZZ_CHECK(a.received == b.received);
 }
 
 // The outcome does not depend on how the bytes arrive (whether the connection can be reused

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -150,7 +151,8 @@ std::string readyz_mode(std::string* body = nullptr) {
     std::stringstream ss;
     ss << f.rdbuf();
     std::string all = ss.str();
-    if (all.rfind("body ", 0) == 0 || all.rfind("raw\n", 0) == 0 || all.rfind("rawclose\n", 0) == 0) {
+    if (all.rfind("body ", 0) == 0 || all.rfind("raw\n", 0) == 0 || all.rfind("rawclose\n", 0) == 0 ||
+        all.rfind("rawrecords\n", 0) == 0 || all.rfind("rawnotify\n", 0) == 0) {
         size_t nl = all.find('\n');
         if (body) *body = nl == std::string::npos ? "" : all.substr(nl + 1);
         return trim(all.substr(0, nl));
@@ -261,6 +263,34 @@ After serve_readyz(Conn& c, const std::string& path, const std::string& user, bo
         log(mode);
         bool ok = c.write(custom);
         return ok && mode == "raw" && !close_after ? After::keep : After::close;
+    }
+    // A hostile peer: "rawrecords", the pieces of the rest split at form feeds, each its own TLS
+    // record (the answer, then answers nobody asked for); "rawnotify", the rest then a
+    // close_notify, and no FIN until the client goes.
+    // Corked: the records leave in one TCP segment, to be read together.
+    auto cork = [&](int on) { setsockopt(c.fd, IPPROTO_TCP, TCP_CORK, &on, sizeof on); };
+    if (mode == "rawrecords") {
+        log(mode);
+        cork(1);
+        bool ok = true;
+        for (size_t at = 0; ok && at <= custom.size();) {
+            size_t ff = custom.find('\f', at);
+            if (ff == std::string::npos) ff = custom.size();
+            if (ff > at) ok = c.write(custom.data() + at, ff - at);
+            at = ff + 1;
+        }
+        cork(0);
+        return ok && !close_after ? After::keep : After::close;
+    }
+    if (mode == "rawnotify") {
+        log(mode);
+        cork(1);
+        if (c.write(custom) && c.ssl) {
+            ERR_clear_error();
+            SSL_shutdown(c.ssl);
+        }
+        cork(0);
+        return After::hang;
     }
     if (mode.rfind("body ", 0) == 0) {
         int code = std::atoi(mode.c_str() + 5);
@@ -511,6 +541,8 @@ void usage() {
                "                        close, or a line \"body CODE\" and the body to answer after it\n"
                "                        (\"body CODE hints chunked\": a 103 Early Hints first, the body chunked),\n"
                "                        or a line \"raw\" (then keep) or \"rawclose\" and the whole response after it\n"
+               "                        (\"rawrecords\": split at form feeds, a TLS record each; \"rawnotify\": then\n"
+               "                        a close_notify, the FIN only once the client has gone)\n"
                "  SIGUSR1               shuts down every connection being served at once\n");
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "kprism/base/log_limiter.h"
 #include "kprism/upstreams/http_response.h"
 #include "kprism/upstreams/readyz_body.h"
 #include "kprism/upstreams/upstream.h"
@@ -28,6 +29,9 @@ constexpr size_t kProbeResponseMax = 16384;
 // (HTTP/1.1 keep-alive: a probe costs the apiserver a request, not a handshake) and open a new one
 // at least every health.new_connection_interval, after a passive signal, and whenever the kept one
 // ended, so that a firewall that drops new connections still shows up; TLS sessions are resumed.
+// A connection is kept only when nothing at all follows the answer: no byte past it in the HTTP
+// parser, no record or part of one in OpenSSL or its read BIO, no close_notify, no EOF. Anything
+// else is the apiserver's protocol error: the answer still counts, the connection is closed.
 class HealthChecker {
 public:
     HealthChecker(ControlPlane& cp, Upstream& u);
@@ -51,6 +55,8 @@ public:
 
 private:
     enum class Phase { idle, connecting, handshaking, awaiting_response };
+    // What the connection held after a complete answer (rest_after_answer()).
+    enum class Rest { nothing, closed, extra };
 
     void begin();
     void send_request();
@@ -58,6 +64,9 @@ private:
     void close_connection(bool ended_well);
     void on_idle_read(ssize_t n);
     bool request_acknowledged() const;
+    Rest rest_after_answer();
+    const char* buffered_leftover(bool after_answer) const;
+    void protocol_error(const char* what, const char* answer);
     void drive();
     void flush();
     void conclude();
@@ -101,6 +110,10 @@ private:
     uint64_t conn_opened_ms_ = 0;
     uint64_t conn_generation_ = 0;  // the client certificate the connection presented
     HttpResponseParser parser_{kProbeResponseMax, kReadyzBodyMax};
+    // After the running probe's answer, when the parser knows where it ended.
+    Rest rest_ = Rest::nothing;
+    const char* rest_why_ = nullptr;  // Rest::extra: what was there
+    LogLimiter protocol_log_;
     uint64_t started_ms_ = 0;
     uint64_t connect_started_ns_ = 0;
     uint64_t probes_ = 0;

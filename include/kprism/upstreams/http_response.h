@@ -46,12 +46,19 @@ public:
     // Body::excerpt, what was read).
     std::string body() const;
     const std::string& error() const { return error_; }
-    // The connection can carry another request: an HTTP/1.1 response, done, without "Connection:
-    // close", whose body was read exactly to its end (nothing after it): a Content-Length body
-    // without Transfer-Encoding, or a chunked one ("Transfer-Encoding: chunked" alone) to its last
-    // chunk and trailers; and only with `whole_body_for_reuse`, which makes a response wait for
-    // its body (a 2xx, else done at its headers; a chunked one past the excerpt, within
-    // `max_bytes`).
+    // The response was read exactly to its framed end: a Content-Length body without
+    // Transfer-Encoding to its last byte, or a chunked one ("Transfer-Encoding: chunked" alone) to
+    // its last chunk and trailers. Then whatever the stream carries after it is no part of it
+    // (trailing() says whether the piece that ended it held more). A response done at its headers,
+    // at the excerpt or at `max_bytes`, or read to the close, has no known end.
+    bool ended() const;
+    // Bytes followed the end of the response in the piece that ended it (they were not taken).
+    bool trailing() const { return trailing_; }
+    // The connection can carry another request: an HTTP/1.1 response, ended(), without
+    // "Connection: close", with nothing after it in the piece that ended it; and only with
+    // `whole_body_for_reuse`, which makes a response wait for its body (a 2xx, else done at its
+    // headers; a chunked one past the excerpt, within `max_bytes`). Whether the stream holds more
+    // beyond that piece is the caller's to check.
     bool reusable() const;
     size_t buffered() const { return head_.size() + line_.size() + body_.size(); }  // kept, at most max_bytes
     size_t received() const { return received_; }  // bytes taken in so far (any answer, interim ones too)

@@ -192,6 +192,7 @@ struct Upstream {
     uint64_t full_handshakes = 0;
     uint64_t probes_reused = 0;            // readiness probes sent on the kept probe connection
     uint64_t probe_connections_ended = 0;  // kept probe connections the apiserver ended
+    uint64_t probe_protocol_errors = 0;    // probe connections closed for what followed an answer
     uint16_t probe_local_port = 0;         // the kept probe connection's local port; 0: none kept
     uint64_t connect_errors[kConnectErrors] = {};  // per ConnectError
     uint64_t went_up = 0, went_down = 0;          // health transitions

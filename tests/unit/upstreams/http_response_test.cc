@@ -183,6 +183,46 @@ TEST(HttpResponse, ReusableOnlyAfterAnExactlyDelimitedResponse) {
     EXPECT_FALSE(plain.reusable());
 }
 
+// Where a response ends is known only when it is framed (Content-Length, or chunked alone to its
+// last chunk): then whatever follows it is no part of it, and the probe looks for any (ended(),
+// trailing()). A response read to the close, or done at its headers or excerpt, has no known end.
+TEST(HttpResponse, EndedOnlyAtAFramedEnd) {
+    auto parse = [](std::string_view r, size_t step) {
+        HttpResponseParser p(16384, 8192, HttpResponseParser::Body::excerpt, true);
+        feed_all(p, r, step);
+        return p;
+    };
+    const std::string ok = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+    for (size_t step : {size_t{1}, size_t{4}, size_t{1000}}) {
+        auto a = parse(ok, step);
+        EXPECT_TRUE(a.ended()) << step;
+        EXPECT_FALSE(a.trailing()) << step;
+        EXPECT_EQ(a.received(), ok.size()) << step;
+        // HTTP/1.0 and "Connection: close" end where their length says too, though not reusable.
+        auto old = parse("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", step);
+        EXPECT_TRUE(old.ended()) << step;
+        EXPECT_FALSE(old.reusable()) << step;
+        auto chunked = parse("HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", step);
+        EXPECT_TRUE(chunked.ended()) << step;
+        // 1xx before the answer are part of it.
+        auto interim = parse("HTTP/1.1 100 Continue\r\n\r\n" + ok, step);
+        EXPECT_TRUE(interim.ended()) << step;
+        EXPECT_TRUE(interim.reusable()) << step;
+    }
+    // The next answer in the same piece: not taken, and said.
+    auto two = parse(ok + ok, 1000);
+    EXPECT_TRUE(two.ended());
+    EXPECT_TRUE(two.trailing());
+    EXPECT_EQ(two.received(), ok.size());
+    EXPECT_FALSE(two.reusable());
+    EXPECT_FALSE(parse("HTTP/1.1 200 OK\r\n\r\nok", 1000).ended());  // to the close
+    std::string big(9000, 'x');
+    EXPECT_FALSE(parse("HTTP/1.1 500 X\r\nContent-Length: 9000\r\n\r\n" + big, 1000).ended());  // the excerpt
+    HttpResponseParser plain;  // not for reuse: a 2xx is done at its headers
+    feed_all(plain, ok, 1000);
+    EXPECT_FALSE(plain.ended());
+}
+
 // ---- chunked bodies and interim answers: what Go's net/http sends for a long /readyz failure ----
 
 namespace {
