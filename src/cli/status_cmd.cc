@@ -164,7 +164,7 @@ bool http_fetch(const std::string& host, uint16_t port, const std::string& path,
         }
     }
     if (st == HttpResponseParser::State::error) {
-        error = parser.error();
+        error = terminal_cell(parser.error(), 200);  // it may quote what the port sent
         return false;
     }
     status = parser.status();
@@ -353,7 +353,8 @@ FetchStatus fetch_status(const AdminTarget& t, int timeout_ms, StatusDoc& doc, s
         return FetchStatus::unexpected;
     }
     if (!parse_status_json(body, doc, error)) {
-        if (error.empty()) error = "malformed /status document";
+        // The parser's message quotes what it read: bytes from the admin port, for the terminal.
+        error = error.empty() ? "malformed /status document" : terminal_cell(error, 200);
         return FetchStatus::unexpected;
     }
     return FetchStatus::ok;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -30,15 +31,16 @@ namespace {
 
 constexpr std::string_view kHeader = "kprism-handover 1";
 
-// Splits `line` at single spaces into exactly `n` non-empty tokens of printable characters.
-// The last token may be up to `last_max` bytes.
-bool split(std::string_view line, std::string_view* tok, size_t n, size_t last_max = kMaxTokenBytes) {
+// Splits `line` at single spaces into exactly `n` non-empty tokens of printable characters, each
+// up to `max` bytes, the last up to `last_max`.
+bool split(std::string_view line, std::string_view* tok, size_t n, size_t last_max = kMaxTokenBytes,
+           size_t max = kMaxTokenBytes) {
     for (size_t i = 0; i < n; ++i) {
         size_t sp = line.find(' ');
         const bool last = i + 1 == n;
         if (last != (sp == std::string_view::npos)) return false;
         std::string_view t = line.substr(0, sp);
-        if (t.empty() || t.size() > (last ? last_max : kMaxTokenBytes)) return false;
+        if (t.empty() || t.size() > (last ? last_max : max)) return false;
         for (char c : t)
             if (c <= ' ' || c > '~') return false;
         tok[i] = t;
@@ -360,11 +362,20 @@ bool failing_named(std::string_view s, FailingChecks& f) {
     return true;
 }
 
+// The TLS content line's value: the SHA-256 of each of the three files, in hex.
+bool tls_content_valid(std::string_view hex) {
+    return hex.size() == 3 * 64 && hex.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
 // One "up" line (without its keyword); false when it does not parse.
 bool parse_upstream(std::string_view line, UpstreamHealth& u) {
     std::string_view t[13];
     uint64_t rises = 0, falls = 0, flags = 0, age = 0, more = 0;
-    if (!split(line, t, 13, 3 * kMaxErrorBytes) || !health_named(t[2], u.health) || !number(t[4], rises) || rises > 1000000 ||
+    // The longest tokens: an upstream name (a hostname of 253 bytes, '@', an IPv6 address and
+    // port) and the failing checks (kMaxNames names of kMaxNameLen bytes and their commas).
+    constexpr size_t kMaxHealthToken =
+        std::max<size_t>(kMaxTokenBytes + 64, FailingChecks::kMaxNames * (FailingChecks::kMaxNameLen + 1));
+    if (!split(line, t, 13, 3 * kMaxErrorBytes, kMaxHealthToken) || !health_named(t[2], u.health) || !number(t[4], rises) || rises > 1000000 ||
         !number(t[5], falls) || falls > 1000000 || !enum_named(kDownReasonTable, t[6], u.down_reason) ||
         !number(t[7], flags) || flags > 7 || !number(t[8], age) || !failing_named(t[10], u.failing_checks) ||
         !number(t[11], more) || more > 1000000 || !unescape_token(t[12], u.last_error))
@@ -405,6 +416,10 @@ std::string serialize_health(const HealthRecord& r) {
     std::string out = fmt::format("{}\nat {}\nnode {} {}\n", kHealthHeader, r.at_ms, credentials_state_name(r.credentials),
                                   (r.failing_open ? 1 : 0) | (r.etcd_quorum_lost ? 2 : 0));
     size_t lines = 2, n = 0;
+    if (tls_content_valid(r.tls_content)) {
+        fmt::format_to(std::back_inserter(out), "tls {}\n", r.tls_content);
+        ++lines;
+    }
     for (const UpstreamHealth& u : r.upstreams) {
         if (n++ >= kMaxHealthEntries) break;
         std::string checks;
@@ -462,6 +477,8 @@ bool parse_health(std::string_view text, HealthRecord& out, std::string& error) 
                    number(t[2], n) && n <= 3) {
             out.failing_open = n & 1;
             out.etcd_quorum_lost = n & 2;
+        } else if (line.starts_with("tls ") && split(line, t, 2) && tls_content_valid(t[1])) {
+            out.tls_content = t[1];
         } else if (UpstreamHealth u; line.starts_with("up ") && out.upstreams.size() < kMaxHealthEntries &&
                                      parse_upstream(line, u)) {
             bool dup = false;

@@ -869,6 +869,7 @@ handover::HealthRecord ControlPlane::carry_health() const {
     r.credentials = creds_.state();
     r.failing_open = failing_open_;
     r.etcd_quorum_lost = etcd_quorum_lost_;
+    r.tls_content = tls_->content_hex();
     const uint64_t now = uv_now(loop());
     for (size_t i = 0; i < ups_.size(); ++i) {
         const Upstream& u = ups_[i];
@@ -926,16 +927,22 @@ ControlPlane::Restored ControlPlane::restore_health(const handover::HealthRecord
         u->down_reason = h.down_reason;
         u->passed_check = u->passed_check || h.passed_check;
         u->last_change_unix = h.last_change_unix;
-        // Loop times of this process: the result and the change are "now" for its rules (a
-        // passive failure's staleness, the etcd hold waiting for the others' next results).
-        u->last_result_ms = now;
+        // The result keeps its age (the next record says how old it really is, so that restarts
+        // in a row never make a verdict younger than its last check); the change is "now" for
+        // this process's rules (a passive failure's staleness).
+        const uint64_t age = h.result_age_ms + since_written;
+        u->last_result_ms = now > age ? now - age : 0;
         u->last_change_ms = now;
         u->close_held_since_ms = h.close_held && h.health == Health::down ? std::max<uint64_t>(now, 1) : 0;
     }
     // The node's conditions, under the same age rule (from when the record was written). The
     // episodes go on; the previous process logged their start.
     if (r.at_ms != 0 && since_written <= limit) {
-        creds_.restore(r.credentials);
+        // A rejection was of the certificate the previous process had: with other files (fixed,
+        // then kprism restarted) the condition does not carry, as a rotation would end it.
+        const bool same_files = r.credentials != CredentialsState::rejected ||
+                                (refresh_tls(now), tls_->content_hex() == r.tls_content);
+        if (same_files) creds_.restore(r.credentials);
         failing_open_ = r.failing_open && ups_.up_count() == 0;
         etcd_quorum_lost_ = r.etcd_quorum_lost && ups_.up_count() == 0;
     }

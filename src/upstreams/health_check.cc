@@ -10,6 +10,7 @@
 #include <openssl/x509v3.h>
 #include <sys/socket.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "kprism/base/log.h"
@@ -106,6 +107,11 @@ void HealthChecker::begin() {
         return;
     }
     if (kept_) {
+        // What the socket received since the loop last read it (this timer can run before the
+        // poll that would): read now, as between probes. Data or the end closes the connection,
+        // and on_idle_read schedules the probe on a new one.
+        read_idle_socket();
+        if (!kept_) return;
         // Anything that arrived between probes and was not read yet (part of a record) would be
         // taken for the next answer.
         if (const char* left = buffered_leftover(false)) {
@@ -278,6 +284,21 @@ void HealthChecker::on_idle_read(ssize_t n) {
     const auto* th = reinterpret_cast<const uv_handle_t*>(&timer_);
     if (handles_open_ && (!uv_is_active(th) || uv_timer_get_due_in(&timer_) > wait))
         uv_timer_start(&timer_, on_timer, wait, 0);
+}
+
+// The kept connection's socket, read to EAGAIN without waiting, each read as libuv would hand it
+// to on_idle_read (which may close the connection: then it stops).
+void HealthChecker::read_idle_socket() {
+    uv_os_fd_t fd;
+    if (!tcp_open_ || uv_fileno(reinterpret_cast<const uv_handle_t*>(&tcp_), &fd) != 0) return;
+    if (!rbuf_) rbuf_ = std::make_unique<char[]>(kReadBufSize);
+    while (kept_) {
+        ssize_t n = ::recv(fd, rbuf_.get(), kReadBufSize, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        on_idle_read(n > 0 ? n : n == 0 ? UV_EOF : uv_translate_sys_error(errno));
+        if (n <= 0) return;
+    }
 }
 
 // On the kept connection: did the apiserver's kernel acknowledge every byte of the request?

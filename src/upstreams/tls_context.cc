@@ -199,6 +199,13 @@ TlsClientContext::Load TlsClientContext::load(uint64_t now_ms) {
     return Load::built;
 }
 
+std::string TlsClientContext::content_hex() const {
+    std::string out;
+    if (!ctx_) return out;
+    for (unsigned char c : digest_) out += fmt::format("{:02x}", c);
+    return out;
+}
+
 bool TlsClientContext::load_now(uint64_t now_ms) { return load(now_ms) == Load::built; }
 
 void TlsClientContext::take_paths(const TlsClientContext& other) {

@@ -297,7 +297,7 @@ TEST(ProbePeer, DrippingAnswer) {
     Pki pki;
     ProbePeer p(pki, [](const PeerRequest& r) {
         if (r.seq == 4) return Script().drip(http_answer(200, r.seq), 30ms).expect_class("timeout");
-        return Script().drip(http_answer(r.seq % 2 ? 200 : 500, r.seq), 2ms).expect(r.seq % 2 ? 200 : 500);
+        return Script().drip(http_answer(r.seq % 2 ? 200 : 500, r.seq), 1ms).expect(r.seq % 2 ? 200 : 500);
     });
     Kprism k({p.addr()}, flags(pki, {"--health-interval", "1500ms", "--health-timeout", "1s", "--health-fall", "5"}));
     EXPECT_TRUE(i8_holds(p, k, 7));
@@ -315,9 +315,11 @@ TEST(ProbePeer, EarlyAnswerAndGarbage) {
     Kprism k({p.addr()}, flags(pki));
     EXPECT_TRUE(i8_holds(p, k, 6));
     EXPECT_EQ(k.count_output(kDown), 0u) << k.output();
+    // Each connection carries one check and ends on its protocol error: the garbage one too, or
+    // the next check there would read it for its answer and I8 would fail above. (Which reasons
+    // the log names depends on timing: it says at most one a second per upstream.)
     EXPECT_GE(protocol_errors(k, p), 4);
-    EXPECT_TRUE(k.wait_output("reason=\"data between probes\"")) << k.output();
-    EXPECT_TRUE(k.wait_output("reason=\"TLS error after the answer\"")) << k.output();
+    EXPECT_TRUE(k.wait_output("msg=\"probe connection closed on a protocol error\"")) << k.output();
 }
 
 // The C++ stand-in's hostile modes, which `make chaos` gives c4: "rawrecords" (each answer a

@@ -185,9 +185,10 @@ ln -s /var/lib/kubelet/pki/kubelet-client-2000-01-01-00-00-00.pem "$ROOT/var/lib
 
 # ---- Stand-in apiservers on the host: TLS, client certificate required. ----
 # standin NAME IP: listens on IP:0 and reports the port on its first line.
+# /readyz answers as $T/NAME.readyz says (200 while it is missing).
 standin() {
     "$STANDIN" --listen "$2:0" --name "$1" --tls-cert "$pki/srv.pem" --client-ca "$pki/ca.crt" \
-        >"$T/$1.log" 2>&1 9>&- &
+        --readyz-file "$T/$1.readyz" >"$T/$1.log" 2>&1 9>&- &
     standins+=($!)
     wait_for 5 grep -q '^listening ' "$T/$1.log" || die "stand-in $1 did not start: $(cat "$T/$1.log")"
     printf -v "$1" '%s' "$(sed -n '1s/^listening \([^ ]*\) .*/\1/p' "$T/$1.log")"
@@ -574,6 +575,37 @@ else
     bad "held connections: $held_line"
 fi
 held quit; wait "$HELDC_PID" 2>/dev/null
+
+# ---- A restart carries each upstream's verdict (kprism(8), What a restart carries). ----
+# standin_b answers /readyz 500: down before `systemctl restart`, and still down, with its reason,
+# in the first /status of the next process, standin_a up; no request goes to standin_b.
+# verdicts: "ADDRESS STATE LAST_RESULT" per upstream, sorted.
+verdicts() { status_json | python3 -c '
+import json, sys
+for u in sorted(json.load(sys.stdin)["upstreams"], key=lambda u: u["address"]):
+    print(u["address"], u["state"], u.get("last_result"))' 2>/dev/null; }
+want_verdicts=$(printf '%s up ready\n%s down not_ready' "$standin_a" "$standin_b" | sort)
+as_wanted() { [ "$(verdicts)" = "$want_verdicts" ]; }
+echo 500 >"$T/standin_b.readyz"
+if wait_for 15 as_wanted; then
+    for i in 1 2; do
+        C systemctl restart kprism.service
+        after=$(verdicts)
+        if [ "$after" = "$want_verdicts" ]; then
+            ok "systemctl restart $i: the first /status of the next process has each upstream's verdict ($(tr '\n' ';' <<<"$after"))"
+        else
+            echo "$after" | indent; bad "systemctl restart $i: the verdicts did not carry (want $(tr '\n' ';' <<<"$want_verdicts"))"
+        fi
+    done
+    to_b=0
+    for _ in $(seq 20); do through standin_b && to_b=$((to_b + 1)); done
+    [ "$to_b" = 0 ] && ok "after the restarts no request of 20 reaches standin_b, which is down" \
+        || bad "$to_b of 20 requests reached standin_b, which is down"
+else
+    verdicts | indent; bad "standin_b answering 500 did not go down before the restart"
+fi
+rm -f "$T/standin_b.readyz"
+wait_for 15 ups 2 || bad "standin_b did not come back up"
 
 # ---- Watches across restarts and upgrades; HAProxy's reload and restart beside them. ----
 # WATCHERS watches (default 50; `make bench-restart`: 1000) through kprism to the Go apiserver

@@ -108,6 +108,7 @@ std::vector<Entry> merge(const std::vector<std::string>& records, std::string& e
 //   kprism-health 1
 //   at <CLOCK_BOOTTIME ms when written>
 //   node <credentials: unknown|ok|rejected> <flags: 1 failing_open, 2 etcd_quorum_lost>
+//   tls <SHA-256 of each TLS file in use (cert, key, CA), hex>   (only with a certificate loaded)
 //   up <name> <health> <last_result|-> <rises> <falls> <down_reason> <flags> <result_age_ms>
 //      <last_change_unix> <failing checks, comma separated|-> <more> <last_error, %-escaped|->
 //   end <number of lines between the header and this one> <FNV-1a 64 of the text before it, hex>
@@ -141,6 +142,9 @@ struct HealthRecord {
     CredentialsState credentials = CredentialsState::unknown;
     bool failing_open = false;
     bool etcd_quorum_lost = false;
+    // The content of the TLS files in use (TlsClientContext::content_hex; "" none): a certificate
+    // rejected before the restart is rejected after it only if it is the same one.
+    std::string tls_content;
     std::vector<UpstreamHealth> upstreams;
 };
 

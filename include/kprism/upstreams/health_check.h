@@ -63,6 +63,7 @@ private:
     bool reuse_allowed(uint64_t now, uint64_t generation) const;
     void close_connection(bool ended_well);
     void on_idle_read(ssize_t n);
+    void read_idle_socket();
     bool request_acknowledged() const;
     Rest rest_after_answer();
     const char* buffered_leftover(bool after_answer) const;

@@ -54,6 +54,9 @@ public:
     // Reload, before anything is applied: loads the files now, without logging. False, with
     // last_error() naming the file and the loader's error, when they do not load.
     bool load_now(uint64_t now_ms);
+    // The SHA-256 of each of the three files the context in use was built from (cert, key, CA),
+    // in hex; "" without one.
+    std::string content_hex() const;
     // Both hold a context built from the same bytes of the three files.
     bool same_content(const TlsClientContext& other) const {
         return ctx_ && other.ctx_ && digest_ == other.digest_;

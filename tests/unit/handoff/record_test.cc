@@ -343,6 +343,37 @@ TEST(HealthRecord, RoundTrip) {
 
 // Hostile or foreign input: a record without its header or end line is refused whole; a line of
 // another kind, or one that does not parse, is ignored and the rest taken; bounds hold.
+// The longest values an upstream can have: a name of a 253-byte hostname and an IPv6 address,
+// every failing check kept (a starting apiserver fails many, with long names), the longest
+// error. A line the writer writes, the reader takes.
+TEST(HealthRecord, LongestValuesRoundTrip) {
+    handover::HealthRecord r;
+    r.at_ms = 1;
+    handover::UpstreamHealth u;
+    std::string host;
+    while (host.size() + 64 < 253) host += std::string(63, 'h') + ".";
+    host += std::string(253 - host.size(), 'h');
+    u.name = host + "@[2001:db8:ffff:ffff:ffff:ffff:ffff:ffff]:65535";
+    u.health = Health::down;
+    u.has_result = true;
+    u.last_result = CheckResult::not_ready;
+    for (size_t i = 0; i < FailingChecks::kMaxNames; ++i)
+        u.failing_checks.names.push_back("poststarthook/" + std::string(FailingChecks::kMaxNameLen - 16, 'a') +
+                                         std::to_string(10 + i));
+    u.failing_checks.more = 40;
+    u.last_error = std::string(handover::kMaxErrorBytes, '\x01');
+    r.upstreams.push_back(u);
+    r.tls_content = std::string(64, 'a') + std::string(64, '0') + std::string(64, 'f');
+    handover::HealthRecord got;
+    std::string error;
+    ASSERT_TRUE(handover::parse_health(handover::serialize_health(r), got, error)) << error;
+    EXPECT_EQ(got.tls_content, r.tls_content);
+    ASSERT_EQ(got.upstreams.size(), 1u) << error;
+    EXPECT_EQ(got.upstreams[0].name, u.name);
+    EXPECT_EQ(got.upstreams[0].failing_checks, u.failing_checks);
+    EXPECT_EQ(got.upstreams[0].last_error, u.last_error);
+}
+
 TEST(HealthRecord, BadInput) {
     const std::string good = handover::serialize_health(health_record());
     handover::HealthRecord got;
