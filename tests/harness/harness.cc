@@ -261,6 +261,13 @@ static std::vector<std::string> kprism_args(const std::vector<std::string>& endp
     return a;
 }
 
+void block_sigpipe() {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &s, nullptr);
+}
+
 ConfigFile::ConfigFile() {
     char tmpl[] = "/tmp/kprism-config-XXXXXX";
     int fd = mkstemp(tmpl);

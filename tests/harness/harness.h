@@ -74,6 +74,10 @@ struct Result {
 };
 Result run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 10000ms);
 
+// Blocks SIGPIPE in the calling thread: OpenSSL writes with write(2), which raises it against a
+// peer that has gone (a pending thread-directed SIGPIPE dies with its thread).
+void block_sigpipe();
+
 // A configuration file in /tmp, removed with the object; write() replaces it whole (a rename),
 // so a reload never reads half a file.
 struct ConfigFile {

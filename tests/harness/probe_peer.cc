@@ -91,13 +91,6 @@ Script answer(int code, int seq) { return Script().record(http_answer(code, seq)
 
 namespace {
 
-void block_sigpipe() {
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &s, nullptr);
-}
-
 void free_ctx(void* p) { SSL_CTX_free(static_cast<SSL_CTX*>(p)); }
 
 }  // namespace

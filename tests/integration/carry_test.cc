@@ -184,6 +184,16 @@ TEST(Carry, EveryKeyReloadedKeepsVerdictsAndRouting) {
 
     size_t events = 0;
     const size_t b_clients = clients_reached(b);
+    // After an event: the verdicts as before, at once and after a check of each; no client on b.
+    auto carried = [&] {
+        EXPECT_EQ(verdicts(k.admin_port), want) << "at once after the event";
+        const size_t checked_a = a.proc->count_output("path=/readyz"), checked_b = b.proc->count_output("path=/readyz");
+        EXPECT_TRUE(eventually([&] {
+            return a.proc->count_output("path=/readyz") > checked_a && b.proc->count_output("path=/readyz") > checked_b;
+        }));
+        EXPECT_EQ(verdicts(k.admin_port), want) << "after a check";
+        EXPECT_EQ(clients_reached(b), b_clients) << "a client reached the apiserver that was down";
+    };
     for (const OptionDef& o : options()) {
         if (not_carried.count(o.key)) continue;
         const std::string value = changed(o);
@@ -198,18 +208,12 @@ TEST(Carry, EveryKeyReloadedKeepsVerdictsAndRouting) {
                           std::to_string(k.pid()), "--timeout", "10s"});
             ASSERT_EQ(r.code, 0) << r.output;
             ++events;
-            EXPECT_EQ(verdicts(k.admin_port), want) << "at once after the reload";
-            // A check of each after it: still the same, and still on the same connections.
-            const size_t checked = a.proc->count_output("path=/readyz"), checked_b = b.proc->count_output("path=/readyz");
-            EXPECT_TRUE(eventually([&] {
-                return a.proc->count_output("path=/readyz") > checked && b.proc->count_output("path=/readyz") > checked_b;
-            }));
-            EXPECT_EQ(verdicts(k.admin_port), want) << "after a check";
+            carried();
+            // Still on the same connections.
             if (!new_probe_connection.count(o.key)) {
                 EXPECT_EQ(probe_handshakes(a) + probe_handshakes(b), probes_before)
                     << "a probe opened a new connection: the kept ones did not carry";
             }
-            EXPECT_EQ(clients_reached(b), b_clients) << "a client reached the apiserver that was down";
         }
     }
     // Restarts in place (SIGUSR2: the same PID, the connections handed over, the probes on new
@@ -220,13 +224,7 @@ TEST(Carry, EveryKeyReloadedKeepsVerdictsAndRouting) {
         k.signal(SIGUSR2);
         ASSERT_TRUE(eventually([&] { return k.count_output("msg=started") > started; }, 10000ms)) << k.output();
         ++events;
-        EXPECT_EQ(verdicts(k.admin_port), want) << "at once after the restart";
-        const size_t checked = a.proc->count_output("path=/readyz"), checked_b = b.proc->count_output("path=/readyz");
-        EXPECT_TRUE(eventually([&] {
-            return a.proc->count_output("path=/readyz") > checked && b.proc->count_output("path=/readyz") > checked_b;
-        }));
-        EXPECT_EQ(verdicts(k.admin_port), want) << "after a check";
-        EXPECT_EQ(clients_reached(b), b_clients) << "a client reached the apiserver that was down";
+        carried();
     }
     stop = true;
     clients.join();

@@ -267,15 +267,6 @@ TEST(Security, NoSecretInLogsStatusOrMetrics) {
 
 namespace {
 
-// OpenSSL writes with write(2), which raises SIGPIPE against a peer that has gone: the threads
-// that speak TLS here block it (a pending thread-directed SIGPIPE dies with its thread).
-void block_sigpipe() {
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &s, nullptr);
-}
-
 // A TLS server on loopback speaking only the protocol versions [min, max] (TLS 1.0 and 1.1 need
 // OpenSSL's security level 0); it requests no client certificate and answers one HTTP 200.
 class VersionedTlsServer {
