@@ -560,9 +560,10 @@ if [ "$held_line" = "open $HELD" ]; then
     nres=$(curl -s -m 3 "http://127.0.0.1:$APORT/metrics" | sed -n 's/^kprism_connections_resumed_total //p')  # this process's
     [ "$nres" = "$HELD" ] && ok "kprism_connections_resumed_total $nres (after the crash)" || bad "kprism_connections_resumed_total '$nres'"
     # While kprism runs the store holds only its crash copy (keep_on_crash): the listener, the
-    # carrier of the held connections and the record; the handover's descriptors were taken out.
+    # carrier of the held connections, the record and the health record; the handover's
+    # descriptors were taken out.
     nfd=$(prop NFileDescriptorStore)
-    [ "$nfd" = 3 ] && ok "NFileDescriptorStore=3 while kprism runs (the crash copy: listener, carrier, record)" \
+    [ "$nfd" = 4 ] && ok "NFileDescriptorStore=4 while kprism runs (the crash copy: listener, carrier, record, health)" \
         || bad "NFileDescriptorStore=$nfd while kprism runs"
     # stop ends them (systemd closes the store once the unit is stopped).
     C systemctl stop kprism.service
