@@ -6,7 +6,7 @@
 DEB_PKGS := build-essential pkg-config libuv1-dev libc-ares-dev libssl-dev libtomlplusplus-dev libfmt-dev nlohmann-json3-dev \
 	libsystemd-dev libbenchmark-dev libgtest-dev libgmock-dev openssl curl mandoc prometheus python3 python3-yaml \
 	debhelper dpkg-dev fakeroot buildah clang libclang-rt-dev llvm iptables iproute2 systemd-container debootstrap \
-	golang-go python3-kubernetes haproxy etcd-server etcd-client nginx libnginx-mod-stream \
+	golang-go golang-golang-x-net-dev python3-kubernetes haproxy etcd-server etcd-client nginx libnginx-mod-stream \
 	podman runc catatonit
 .PHONY: deps
 deps: ## apt-get install every build and test dependency (with sudo unless root)

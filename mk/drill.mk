@@ -22,10 +22,28 @@ DRILL_APISERVER ?=
 DRILL_ONLY ?=
 ## DRILL_KEEP=1: `make drill` keeps its work directory (every log and config) and prints where
 DRILL_KEEP ?= 0
+## DRILL_CLIENTS=both: the client models `make drill` runs behind every balancer: both, h2 (client-go's HTTP/2) or http1
+DRILL_CLIENTS ?= both
+## DRILL_BALANCERS_EXTRA=FILE: more [[balancer]] blocks for `make drill` (balancers you built; format of tests/drill/balancers.toml)
+DRILL_BALANCERS_EXTRA ?=
+## DRILL_LINK_MBIT=100, DRILL_JITTER_MS=1: each site-to-site link's bandwidth each way and its delay jitter in `make drill`
+DRILL_LINK_MBIT ?= 100
+DRILL_JITTER_MS ?= 1
+
+# The HTTP/2 client model (tests/drill/client): Go's standard library and Debian's
+# golang-golang-x-net-dev (x/net/http2, for client-go's ReadIdleTimeout and PingTimeout), built in
+# GOPATH mode from /usr/share/gocode, offline.
+DRILL_CLIENT_ENV = CGO_ENABLED=0 GO111MODULE=off GOPATH=/usr/share/gocode GOFLAGS=-trimpath GOPROXY=off GOCACHE=$(abspath $(BUILD))/go-cache
+$(BUILD)/drill-client: $(wildcard tests/drill/client/*.go)
+	@mkdir -p $(@D)
+	cd tests/drill/client && $(DRILL_CLIENT_ENV) $(GO) vet . && $(DRILL_CLIENT_ENV) $(GO) build -o $(abspath $@) .
+
 .PHONY: drill
-drill: $(BUILD)/kprism $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy and nginx (root; full about 20 min, DRILL_QUICK=1 about 2 min)
+drill: $(BUILD)/kprism $(BUILD)/drill-client $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy, nginx and any DRILL_BALANCERS_EXTRA; HTTP/2 and HTTP/1.1 clients (root; full about 30 min, DRILL_QUICK=1 about 3 min)
 	DRILL_AB_MS=$(DRILL_AB_MS) $(if $(DRILL_CUT_SECONDS),DRILL_CUT_SECONDS=$(DRILL_CUT_SECONDS)) \
-		/usr/bin/python3 tests/drill/run.py $(abspath $(BUILD)/kprism) \
+		DRILL_CLIENTS=$(DRILL_CLIENTS) DRILL_LINK_MBIT=$(DRILL_LINK_MBIT) DRILL_JITTER_MS=$(DRILL_JITTER_MS) \
+		$(if $(DRILL_BALANCERS_EXTRA),DRILL_BALANCERS_EXTRA=$(abspath $(DRILL_BALANCERS_EXTRA))) \
+		/usr/bin/python3 tests/drill/run.py --client $(abspath $(BUILD)/drill-client) $(abspath $(BUILD)/kprism) \
 		$(if $(DRILL_APISERVER),$(abspath $(DRILL_APISERVER)),$(abspath $(BUILD)/kprism-apiserver)) \
 		$(if $(filter 1,$(DRILL_QUICK)),--quick --out $(abspath $(BUILD)/drill.md),--out tests/drill/RESULTS.md) \
 		$(if $(DRILL_ONLY),--only $(DRILL_ONLY)) $(if $(filter 1,$(DRILL_KEEP)),--keep)

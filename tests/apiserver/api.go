@@ -39,6 +39,8 @@ var resourceDefs = []resourceDef{
 	{"configmaps", "", "v1", "ConfigMap", true, []string{"cm"}},
 	{"endpoints", "", "v1", "Endpoints", true, []string{"ep"}},
 	{"namespaces", "", "v1", "Namespace", false, []string{"ns"}},
+	{"nodes", "", "v1", "Node", false, []string{"no"}},
+	{"pods", "", "v1", "Pod", true, []string{"po"}},
 	{"endpointslices", "discovery.k8s.io", "v1", "EndpointSlice", true, nil},
 	{"leases", "coordination.k8s.io", "v1", "Lease", true, nil},
 }
@@ -328,6 +330,12 @@ func (sel selector) matches(o *object) bool {
 				return o.Metadata.Name, true
 			case "metadata.namespace":
 				return o.Metadata.Namespace, true
+			case "spec.nodeName": // the kubelet's pod watch (pkg/kubelet/config/apiserver.go)
+				var spec struct {
+					NodeName string `json:"nodeName"`
+				}
+				json.Unmarshal(o.Rest["spec"], &spec)
+				return spec.NodeName, true
 			}
 			return "", false
 		}) {

@@ -97,6 +97,30 @@ func TestConfigMapsAndDiscovery(t *testing.T) {
 	}
 }
 
+// What a kubelet reads: its Node (cluster-scoped) and the pods bound to it, by the field
+// selector spec.nodeName (pkg/kubelet/config/apiserver.go), across namespaces.
+func TestNodesAndPodsByNodeName(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, startStore(t, 100))
+	c := adminClient(t)
+	expect(t, "node create", do(t, c, "POST", s.url("/api/v1/nodes"), `{"metadata":{"name":"n1"}}`).code, 201)
+	expect(t, "node get", do(t, c, "GET", s.url("/api/v1/nodes/n1"), "").code, 200)
+	for i, node := range []string{"n1", "n2", "n1"} {
+		body := fmt.Sprintf(`{"metadata":{"name":"p%d"},"spec":{"nodeName":"%s"}}`, i, node)
+		expect(t, "pod create", do(t, c, "POST", s.url(fmt.Sprintf("/api/v1/namespaces/ns%d/pods", i)), body).code, 201)
+	}
+	var list struct {
+		Kind  string
+		Items []struct{ Metadata struct{ Name string } }
+	}
+	json.Unmarshal([]byte(do(t, c, "GET", s.url("/api/v1/pods?fieldSelector=spec.nodeName%3Dn1"), "").body), &list)
+	var names []string
+	for _, it := range list.Items {
+		names = append(names, it.Metadata.Name)
+	}
+	expect(t, "pods on n1", list.Kind+" "+strings.Join(names, ","), "PodList p0,p2")
+}
+
 // kubectl create configmap sends protobuf (client-go's clientset default).
 func TestProtobufCreate(t *testing.T) {
 	t.Parallel()

@@ -1,22 +1,24 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Kubelet-like clients and the connection sampler of one drill node, run inside the node's
-namespace: `kubelet.py SPEC.json`. For every balancer on the node, one client through it
-(HTTP/1.1 over mTLS with the node's kubelet certificate, Python's ssl + http.client):
+"""The HTTP/1.1 client model and the connection sampler of one drill node, run inside the node's
+namespace: `kubelet.py SPEC.json` (the clients only when the spec's "http1" is true; the HTTP/2
+client-go model is client/, drill-client). For every balancer on the node, one client through it
+(HTTP/1.1 over mTLS with the node's kubelet certificate, Python's ssl + http.client, a connection
+per concern):
 - heartbeat every 10 s (4 % jitter, period counted from the end of the previous one) as the
   kubelet's node lease controller (component-helpers/apimachinery/lease/controller.go): up to 5
   immediate attempts; from the second failure on, every connection of the client is closed (the
   kubelet's onRepeatedHeartbeatFailure, closeAllConns); after 5 failures a GET with backoff
   (200 ms doubling to 7 s) until it answers, then the 5 attempts again;
-  a conflict re-reads the Lease; the Lease is NODE--BALANCER in kube-node-lease (one per
-  balancer, so that the balancers stay independent);
+  a conflict re-reads the Lease; the Lease is NODE--BALANCER--h1 in kube-node-lease (one per
+  balancer and model, so that they stay independent);
 - a GET of the node's Lease every 2 s;
 - a watch of kube-node-lease resumed from its last resourceVersion (client-go's reflector:
   backoff 800 ms doubling to 30 s; relist on 410 Expired; 45 s without a byte: the connection is
   taken for dead, as HTTP/2's ping would).
 Every request has a 10 s timeout: one unanswered by then is "hung". A GET whose reused connection
 was closed before any answer is retried once at once on a new one (Go's net/http). Events go to
-LOGDIR/NODE--BALANCER.jsonl; every second the sampler writes each balancer's established
+LOGDIR/NODE--BALANCER.h1.jsonl; every second the sampler writes each balancer's established
 connections per upstream (ss -tnp, by the balancer's pids) and which upstreams it has up to
 LOGDIR/NODE--sample.jsonl. Runs until SIGTERM or its deadline."""
 
@@ -58,8 +60,8 @@ def microtime():
 class Client:
     def __init__(self, spec, bal):
         self.port = bal["port"]
-        self.lease = f"{spec['node']}--{bal['name']}"
-        self.log = Log(f"{spec['logdir']}/{spec['node']}--{bal['name']}.jsonl")
+        self.lease = f"{spec['node']}--{bal['name']}--h1"
+        self.log = Log(f"{spec['logdir']}/{spec['node']}--{bal['name']}.h1.jsonl")
         self.ctx = ssl.create_default_context(cafile=spec["ca"])
         self.ctx.load_cert_chain(spec["cert"], spec["key"])
         self.conns = set()
@@ -308,7 +310,7 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     deadline = time.monotonic() + spec["deadline_s"]
     threads = [threading.Thread(target=sampler, args=(spec,), daemon=True)]
-    for b in spec["balancers"]:
+    for b in spec["balancers"] if spec.get("http1", True) else []:
         c = Client(spec, b)
         threads += [threading.Thread(target=f, daemon=True) for f in (c.heartbeat_loop, c.get_loop, c.watch_loop)]
     for t in threads:

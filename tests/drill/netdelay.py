@@ -8,13 +8,17 @@ namespace: node_if (the harness moves it into the node's namespace; the node's o
 router_if (stays in the router, where the kernel routes, conntrack and iptables cuts apply).
 A packet the node sends is handed to the router at once; a packet the router sends towards a node
 is held for half the round trip between the sites of its source and of that node (0 inside a
-site), in order, then delivered. Prints "netdelay ready" once every device exists; runs until
+site), then delivered. Between two sites each direction is a link of "rate_mbit" (0: no cap): a
+packet waits for the ones before it to be sent at that rate (a backlog over 1 MiB is dropped, as
+a full queue would), and gets a delay jitter of "jitter_ms" (normal, standard deviation) without
+being reordered. Prints "netdelay ready" once every device exists; runs until
 SIGTERM or until its deadline (argv[2] seconds)."""
 
 import fcntl
 import heapq
 import json
 import os
+import random
 import select
 import signal
 import struct
@@ -24,6 +28,7 @@ import time
 TUNSETIFF = 0x400454CA
 IFF_TUN, IFF_NO_PI = 0x0001, 0x1000
 MAX_QUEUED = 20000  # packets held at once; beyond, new ones are dropped as a full link would
+MAX_BACKLOG = 1 << 20  # bytes waiting for a site-to-site link's rate; beyond, dropped
 
 
 def tun(name):
@@ -34,6 +39,9 @@ def tun(name):
 
 def main():
     spec = json.load(open(sys.argv[1]))
+    rate = float(spec.get("rate_mbit", 0)) * 1e6 / 8  # bytes a second
+    jit = float(spec.get("jitter_ms", 0)) / 1000.0
+    busy, last = {}, {}  # per (source site, destination site): when its link is free; its last delivery
     deadline = time.monotonic() + float(sys.argv[2])
     prefixes = sorted(spec["site_of_prefix"].items(), key=lambda kv: -len(kv[0]))
     rtt = {}
@@ -89,6 +97,18 @@ def main():
                     continue
                 src_site = site_of(pkt[12:16])
                 d = rtt.get((src_site, dst_site), 0.0) / 2 if src_site and src_site != dst_site else 0.0
+                when = None
+                if d > 0.0:
+                    link, now = (src_site, dst_site), time.monotonic()
+                    start = max(now, busy.get(link, 0.0))
+                    if rate > 0:
+                        if (start - now) * rate > MAX_BACKLOG:
+                            dropped += 1
+                            continue
+                        busy[link] = start + len(pkt) / rate
+                    when = max(busy.get(link, start) + d + max(-d / 2, random.gauss(0.0, jit) if jit else 0.0),
+                               last.get(link, 0.0))
+                    last[link] = when
                 if d == 0.0 and not heap:
                     try:
                         os.write(out, pkt)
@@ -96,7 +116,7 @@ def main():
                         dropped += 1
                 elif len(heap) < MAX_QUEUED:
                     seq += 1
-                    heapq.heappush(heap, (time.monotonic() + d, seq, out, pkt))
+                    heapq.heappush(heap, (when if when is not None else time.monotonic() + d, seq, out, pkt))
                 else:
                     dropped += 1
     print(f"netdelay exit dropped={dropped}", flush=True)

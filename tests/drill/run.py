@@ -85,6 +85,39 @@ def make_pki(d, cp_ips, nodes):
             f.write(open(os.path.join(d, f"{name}.crt")).read() + open(os.path.join(d, f"{name}.key")).read())
 
 
+def load_balancers(path, extra):
+    """balancers.toml, then the [[balancer]] blocks of the file DRILL_BALANCERS_EXTRA names, if any
+    (a balancer built elsewhere, tests/drill/README.md). Exits with the reason when a block lacks a
+    name, port or command, or reuses a name or a port (its own or port + 100)."""
+    out = []
+    for p in [path] + ([extra] if extra else []):
+        try:
+            with open(p, "rb") as f:
+                blocks = tomllib.load(f).get("balancer", [])
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            sys.exit(f"drill: {p}: {e}")
+        if not isinstance(blocks, list) or not blocks:
+            sys.exit(f"drill: {p}: no [[balancer]] block")
+        for i, b in enumerate(blocks, 1):
+            where = f"{p}: balancer {i}"
+            for k, t in (("name", str), ("port", int), ("command", list)):
+                if not isinstance(b.get(k), t):
+                    sys.exit(f"drill: {where}: `{k}` missing or not a {t.__name__}")
+            if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,30}", b["name"]):
+                sys.exit(f"drill: {where}: name {b['name']!r}: lower-case letters, digits and '-', at most 31")
+            if not 1024 <= b["port"] <= 65435:
+                sys.exit(f"drill: {where}: port {b['port']}: 1024-65435 (port + 100 is its admin port)")
+            for o in out:
+                if o["name"] == b["name"] or {o["port"], o["port"] + 100} & {b["port"], b["port"] + 100}:
+                    sys.exit(f"drill: {where}: {b['name']} ({b['port']}) clashes with {o['name']} ({o['port']}; "
+                             f"each takes its port and port + 100)")
+            if "upstream" not in b and "{upstreams}" in " ".join(b["command"]) + b.get("config", ""):
+                sys.exit(f"drill: {where}: {{upstreams}} used but no `upstream` template")
+            b.setdefault("upstream", "")
+            out.append(b)
+    return out
+
+
 def http_get(url, timeout=2.0):
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -207,8 +240,9 @@ class Drill:
 
     # --- nodes ---------------------------------------------------------------------------
     def start_balancers(self, node):
-        conf = tomllib.load(open(self.a.balancers, "rb"))["balancer"]
+        conf = self.a.balancer_conf
         ups = [{"name": CP[s], "host": self.t.nodes[CP[s]].ip, "port": 6443, "zone": s} for s in ("a", "b", "w")]
+        local = next(u for u in ups if u["zone"] == node.site)
         out = []
         for b in conf:
             wd = os.path.join(self.d, "nodes", node.name, b["name"])
@@ -216,23 +250,32 @@ class Drill:
             v = {"listen": f"127.0.0.1:{b['port']}", "port": b["port"], "admin_port": b["port"] + 100, "workdir": wd,
                  "config": f"{wd}/{b['name']}.conf", "cert": f"{self.d}/kubelet-{node.name}.crt",
                  "key": f"{self.d}/kubelet-{node.name}.key", "certkey": f"{self.d}/kubelet-{node.name}.pem",
-                 "ca": f"{self.d}/ca.crt", "zone": node.site, "node": node.name, "kprism": self.a.kprism}
-            v["upstreams"] = b.get("upstream_join", "\n").join(
-                b["upstream"].format(**v, uname=u["name"], uhost=u["host"], uport=u["port"],
-                                     uendpoint=f"{u['host']}:{u['port']}", uzone=u["zone"]) for u in ups)
-            if "config" in b:
+                 "ca": f"{self.d}/ca.crt", "zone": node.site, "node": node.name, "kprism": self.a.kprism,
+                 "local_upstream": f"{local['host']}:{local['port']}"}
+            try:
+                v["upstreams"] = b.get("upstream_join", "\n").join(
+                    b["upstream"].format(**v, uname=u["name"], uhost=u["host"], uport=u["port"],
+                                         uendpoint=f"{u['host']}:{u['port']}", uzone=u["zone"]) for u in ups)
+                conf_text = b["config"].format(**v) if "config" in b else None
+                argv = [x.format(**v) for x in b["command"]]
+            except (KeyError, IndexError, ValueError) as e:
+                raise RuntimeError(f"balancer {b['name']}: a template names {e}, which is no placeholder "
+                                   f"(tests/drill/balancers.toml lists them; literal braces are {{{{ and }}}})")
+            if conf_text is not None:
                 with open(v["config"], "w") as f:
-                    f.write(b["config"].format(**v))
-            p = node.popen([x.format(**v) for x in b["command"]], f"{self.logdir}/{node.name}--{b['name']}.log")
+                    f.write(conf_text)
+            p = node.popen(argv, f"{self.logdir}/{node.name}--{b['name']}.log")
             out.append({"name": b["name"], "label": b.get("label", b["name"]), "port": b["port"],
                         "admin_port": b["port"] + 100, "status": b.get("status"), "workdir": wd, "pid": p.pid})
         spec = {"node": node.name, "logdir": self.logdir, "cert": f"{self.d}/kubelet-{node.name}.crt",
                 "key": f"{self.d}/kubelet-{node.name}.key", "ca": f"{self.d}/ca.crt", "balancers": out,
-                "upstreams": ups, "deadline_s": self.deadline_s}
+                "upstreams": ups, "deadline_s": self.deadline_s, "http1": "h1" in self.a.models}
         path = f"{self.d}/kubelet-{node.name}.json"
         with open(path, "w") as f:
             json.dump(spec, f)
         node.popen(["/usr/bin/python3", os.path.join(HERE, "kubelet.py"), path], f"{self.logdir}/kubelet-{node.name}.log")
+        if "h2" in self.a.models:
+            node.popen([self.a.client, path], f"{self.logdir}/drill-client-{node.name}.log")
         return out
 
     def check_kprism_started(self):
@@ -267,9 +310,10 @@ class Drill:
         out = []
         for n in self.t.nodes:
             for b in self.balancers:
-                p = f"{self.logdir}/{n}--{b['name']}.jsonl"
-                if not os.path.exists(p) or '"k": "heartbeat", "ok": true' not in open(p).read():
-                    out.append(f"{n}--{b['name']}")
+                for m in self.a.models:
+                    p = f"{self.logdir}/{n}--{b['name']}.{m}.jsonl"
+                    if not os.path.exists(p) or not any(e["k"] == "heartbeat" and e.get("ok") for e in report.load(p)):
+                        out.append(f"{n}--{b['name']}.{m}")
         return out
 
     # --- cuts ----------------------------------------------------------------------------
@@ -316,7 +360,8 @@ class Drill:
         if not self.etcd_mode:
             self.note("the apiserver stand-in has no --etcd-servers: it runs on its shared store, not through etcd "
                       "(the network path is exercised, the etcd quorum is not)")
-        self.t = topo.Topology(self.d, NODES, {"a-w": a.aw_ms, "b-w": a.bw_ms, "a-b": a.ab_ms}, self.deadline_s + 60)
+        self.t = topo.Topology(self.d, NODES, {"a-w": a.aw_ms, "b-w": a.bw_ms, "a-b": a.ab_ms}, self.deadline_s + 60,
+                                 rate_mbit=a.rate_mbit, jitter_ms=a.jitter_ms)
         enter_netns(self.t.router)
         make_pki(self.d, [self.t.nodes[CP[s]].ip for s in ("a", "b", "w")], list(self.t.nodes))
         self.start_etcd()
@@ -359,6 +404,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="")
     ap.add_argument("--balancers", default=os.path.join(HERE, "balancers.toml"))
+    ap.add_argument("--client", default="", help="drill-client, the HTTP/2 client-go model (tests/drill/client)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs, configs)")
     a = ap.parse_args()
     env = os.environ
@@ -367,6 +413,16 @@ def main():
     a.hold = float(env.get("DRILL_CUT_SECONDS", "60" if a.quick else "90"))
     a.baseline = 15.0 if a.quick else 20.0
     a.settle = 30.0 if a.quick else 60.0
+    a.extra = env.get("DRILL_BALANCERS_EXTRA", "")
+    a.rate_mbit = float(env.get("DRILL_LINK_MBIT", "100"))
+    a.jitter_ms = float(env.get("DRILL_JITTER_MS", "1"))
+    a.models = {"both": ["h2", "h1"], "h2": ["h2"], "http1": ["h1"]}.get(env.get("DRILL_CLIENTS", "both"))
+    if a.models is None:
+        sys.exit(f"drill: DRILL_CLIENTS={env['DRILL_CLIENTS']}: both, h2 or http1")
+    if "h2" in a.models and not os.access(a.client, os.X_OK):
+        sys.exit(f"drill: the HTTP/2 client model needs --client (drill-client, `make build/drill-client`); "
+                 f"DRILL_CLIENTS=http1 runs without it")
+    a.balancer_conf = load_balancers(a.balancers, env.get("DRILL_BALANCERS_EXTRA", ""))
     if os.geteuid() != 0:
         skip("needs root (network namespaces, iptables)")
     missing = [t for t in ("etcd", "etcdctl", "haproxy", "nginx", "iptables", "ss", "ip", "openssl", "curl")

@@ -42,8 +42,10 @@ class Node:
 
 
 class Topology:
-    def __init__(self, workdir, nodes, rtt_ms, deadline_s):
-        """nodes: [(name, site, host octet)]; rtt_ms: {"a-w": 23, "b-w": 43, "a-b": 10}."""
+    def __init__(self, workdir, nodes, rtt_ms, deadline_s, rate_mbit=0.0, jitter_ms=0.0):
+        """nodes: [(name, site, host octet)]; rtt_ms: {"a-w": 23, "b-w": 43, "a-b": 10}; rate_mbit:
+        the bandwidth of each link between two sites, each way (0: none); jitter_ms: netdelay.py."""
+        self.rate_mbit, self.jitter_ms = rate_mbit, jitter_ms
         self.d = workdir
         self.prefix = f"kpd{os.getpid() % 100000}"
         self.router = f"{self.prefix}-router"
@@ -79,7 +81,7 @@ class Topology:
             self._ns(n.ns)
         spec = {"nodes": [{"name": n.name, "ip": n.ip, "site": n.site, "node_if": n.node_if,
                            "router_if": n.router_if} for n in self.nodes.values()],
-                "rtt_ms": rtt_ms, "site_of_prefix": {f"{NET}.{v}.": k for k, v in SITES.items()}}
+                "rtt_ms": rtt_ms, "rate_mbit": self.rate_mbit, "jitter_ms": self.jitter_ms, "site_of_prefix": {f"{NET}.{v}.": k for k, v in SITES.items()}}
         spec_path = os.path.join(self.d, "netdelay.json")
         with open(spec_path, "w") as f:
             json.dump(spec, f)
