@@ -47,6 +47,7 @@ ifeq ($(SAN),)
 	tests/tree/spdx.sh
 	tests/tree/layers.py --self-test
 	tests/tree/loopback_only.py --self-test
+	tests/drill/selftest.py
 	DEMO_HOLD=0 tests/demo.sh $(BUILD)
 endif
 
@@ -59,11 +60,12 @@ test-apiserver: $(BUILD)/kprism-apiserver $(BUILD)/kprism ## the Go kube-apiserv
 
 # Checks on the tree itself: every target has its line in `make help`, every source file its
 # SPDX-License-Identifier line (src/ and include/ too), no include of a higher layer (ARCHITECTURE.md).
-test-tree: ## checks on the tree: `make help` lists every target; SPDX lines; the layers of src/; tests reach only loopback
+test-tree: ## checks on the tree: `make help` lists every target; SPDX lines; the layers of src/; tests reach only loopback; the drill's own parts
 	tests/tree/make_help.sh
 	tests/tree/spdx.sh
 	tests/tree/layers.py --self-test
 	tests/tree/loopback_only.py --self-test
+	tests/drill/selftest.py
 
 test-man: $(BUILD)/kprism ## every --help flag and `check` key is in the man pages, mandoc -Tlint is clean, and the numbers they quote match the code (doc_drift.sh)
 	KPRISM_BIN=$(abspath $(BUILD)/kprism) tests/packaging/man_coverage.sh

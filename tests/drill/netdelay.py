@@ -31,6 +31,27 @@ MAX_QUEUED = 20000  # packets held at once; beyond, new ones are dropped as a fu
 MAX_BACKLOG = 1 << 20  # bytes waiting for a site-to-site link's rate; beyond, dropped
 
 
+class Link:
+    """One direction between two sites: a delay, a rate (bytes a second, 0: none) and a jitter
+    (standard deviation, seconds), in order. schedule() says when a packet of `size` bytes handed
+    over at `now` is delivered, or None when the backlog waiting for the rate is over MAX_BACKLOG."""
+
+    def __init__(self, delay, rate, jitter, rng=random):
+        self.delay, self.rate, self.jitter, self.rng = delay, rate, jitter, rng
+        self.busy = self.last = 0.0
+
+    def schedule(self, now, size):
+        start = max(now, self.busy)
+        if self.rate > 0:
+            if (start - now) * self.rate > MAX_BACKLOG:
+                return None
+            self.busy = start + size / self.rate
+            start = self.busy
+        j = max(-self.delay / 2, self.rng.gauss(0.0, self.jitter)) if self.jitter else 0.0
+        self.last = max(start + self.delay + j, self.last)
+        return self.last
+
+
 def tun(name):
     fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
     fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
@@ -41,7 +62,7 @@ def main():
     spec = json.load(open(sys.argv[1]))
     rate = float(spec.get("rate_mbit", 0)) * 1e6 / 8  # bytes a second
     jit = float(spec.get("jitter_ms", 0)) / 1000.0
-    busy, last = {}, {}  # per (source site, destination site): when its link is free; its last delivery
+    links = {pair: Link(v / 2, rate, jit) for pair, v in rtt.items()}
     deadline = time.monotonic() + float(sys.argv[2])
     prefixes = sorted(spec["site_of_prefix"].items(), key=lambda kv: -len(kv[0]))
     rtt = {}
@@ -99,16 +120,10 @@ def main():
                 d = rtt.get((src_site, dst_site), 0.0) / 2 if src_site and src_site != dst_site else 0.0
                 when = None
                 if d > 0.0:
-                    link, now = (src_site, dst_site), time.monotonic()
-                    start = max(now, busy.get(link, 0.0))
-                    if rate > 0:
-                        if (start - now) * rate > MAX_BACKLOG:
-                            dropped += 1
-                            continue
-                        busy[link] = start + len(pkt) / rate
-                    when = max(busy.get(link, start) + d + max(-d / 2, random.gauss(0.0, jit) if jit else 0.0),
-                               last.get(link, 0.0))
-                    last[link] = when
+                    when = links[(src_site, dst_site)].schedule(time.monotonic(), len(pkt))
+                    if when is None:
+                        dropped += 1
+                        continue
                 if d == 0.0 and not heap:
                     try:
                         os.write(out, pkt)
