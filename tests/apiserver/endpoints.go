@@ -132,8 +132,10 @@ func (s *server) reconcileEndpoints(ctx context.Context, self bool) error {
 		}
 	}
 	if s.opt.nodeName != "" {
-		// One slice per apiserver instead of the shared one (below).
-		return s.reconcileNodeSlice(ctx, self)
+		// One slice per apiserver instead of the shared one (below), or beside it.
+		if err := s.reconcileNodeSlice(ctx, self); err != nil || !s.opt.sharedSlice {
+			return err
+		}
 	}
 	at, _ := json.Marshal(addressType)
 	eb, _ := json.Marshal(endpoints)

@@ -458,3 +458,28 @@ func TestEtcdMemberWithoutQuorumFailsReadyz(t *testing.T) {
 	took, _ = readyzUntil(t, c, s, 200, 15*time.Second)
 	t.Logf("/readyz ready %v after the quorum came back", took.Round(10*time.Millisecond))
 }
+
+// --shared-endpointslice: a stand-in with --node-name writes the shared kubernetes slice too, as
+// kube-apiserver does, so that clients that read only it (Deckhouse's proxy) find the apiserver.
+func TestSharedSliceBesideNodeSlice(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, startStore(t, 1000), "--node-name", "cp-a", "--zone", "a", "--shared-endpointslice",
+		"--endpoint-reconcile-interval", "200ms")
+	c := adminClient(t)
+	got := ""
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		list := decode(t, do(t, c, "GET", s.url("/apis/discovery.k8s.io/v1/endpointslices?labelSelector=kubernetes.io/service-name%3Dkubernetes"), ""))
+		items, _ := list["items"].([]interface{})
+		var names []string
+		for _, it := range items {
+			m := it.(map[string]interface{})
+			eps, _ := json.Marshal(m["endpoints"])
+			names = append(names, meta(m, "name")+" "+string(eps))
+		}
+		if got = strings.Join(names, "; "); len(names) == 2 {
+			break
+		}
+	}
+	expect(t, "both slices", got, `kubernetes [{"addresses":["127.0.0.1"],"conditions":{"ready":true}}]; `+
+		`kubernetes-cp-a [{"addresses":["127.0.0.1"],"conditions":{"ready":true},"nodeName":"cp-a","zone":"a"}]`)
+}

@@ -54,6 +54,7 @@ type options struct {
 	healthcheckTimeout time.Duration
 	readycheckTimeout  time.Duration
 	nodeName, zone     string
+	sharedSlice        bool
 	controlAddr        string
 	etcdTimeout        time.Duration
 	shutdownDelay      time.Duration
@@ -417,6 +418,7 @@ func serveFlags(args []string) (options, error) {
 	fs.DurationVar(&o.readycheckTimeout, "etcd-readycheck-timeout", 2*time.Second, "timeout of the etcd read of the \"etcd-readiness\" check")
 	fs.StringVar(&o.nodeName, "node-name", "", "with --zone: publish the EndpointSlice kubernetes-NODE with this nodeName")
 	fs.StringVar(&o.zone, "zone", "", "with --node-name: the zone of this apiserver's endpoint in its EndpointSlice")
+	fs.BoolVar(&o.sharedSlice, "shared-endpointslice", false, "with --node-name: write the shared EndpointSlice kubernetes too, as kube-apiserver does")
 	fs.StringVar(&o.controlAddr, "control-address", "", "plain-HTTP test control endpoint, HOST:PORT (loopback)")
 	fs.DurationVar(&o.etcdTimeout, "etcd-request-timeout", 5*time.Second, "how long a request waits for a lost etcd before it fails 504 (kube-apiserver: --request-timeout, 60s)")
 	fs.DurationVar(&o.shutdownDelay, "shutdown-delay-duration", 0, "time to keep serving after SIGTERM, /readyz failing")

@@ -62,13 +62,13 @@ def main():
     spec = json.load(open(sys.argv[1]))
     rate = float(spec.get("rate_mbit", 0)) * 1e6 / 8  # bytes a second
     jit = float(spec.get("jitter_ms", 0)) / 1000.0
-    links = {pair: Link(v / 2, rate, jit) for pair, v in rtt.items()}
     deadline = time.monotonic() + float(sys.argv[2])
     prefixes = sorted(spec["site_of_prefix"].items(), key=lambda kv: -len(kv[0]))
     rtt = {}
     for k, v in spec["rtt_ms"].items():
         x, y = k.split("-")
         rtt[(x, y)] = rtt[(y, x)] = v / 1000.0
+    links = {pair: Link(v / 2, rate, jit) for pair, v in rtt.items()}
 
     def site_of(src):
         s = ".".join(str(b) for b in src) + "."

@@ -112,7 +112,8 @@ def outage(ev, lo, hi):
 
 
 def model_figures(ev, lo, hi, model):
-    """NotReady s, failed, hung, longest lease-watch gap s, relists, agent watch outage s (h2 only)."""
+    """NotReady s, failed, hung, longest lease-watch gap s, relists (lists answered after the
+    first; HTTP/1.1: lists answered), agent watch outage s (h2 only)."""
     beats = [e["t"] for e in ev if e["k"] == "heartbeat" and e.get("ok")]
     win = [e for e in ev if lo <= e["t"] <= hi]
     req = [e for e in win if "ok" in e and not e["k"].endswith("watch-end")]
@@ -123,7 +124,7 @@ def model_figures(ev, lo, hi, model):
         relists = sum(1 for e in win if e["k"] in ("relist", "agent-relist"))
         down = outage(ev, lo, hi)
     else:
-        relists, down = sum(1 for e in win if e["k"] == "list"), None
+        relists, down = sum(1 for e in win if e["k"] == "list" and e.get("ok")), None
     return {"nr": not_ready_seconds(beats, lo, hi), "failed": failed, "hung": hung, "gap": gap, "relists": relists,
             "down": down}
 

@@ -225,7 +225,7 @@ class Drill:
                   "--name", n.name, "--extra-poststart-hooks", "50"]
         if self.etcd_mode:
             return [self.a.apiserver, "serve", "--etcd-servers", f"http://{n.ip}:2379", "--node-name", n.name,
-                    "--zone", n.site, *common]
+                    "--zone", n.site, *(["--shared-endpointslice"] if self.shared_slice else []), *common]
         return [self.a.apiserver, "serve", "--store", f"unix:{self.d}/store.sock", *common]
 
     def start_apiserver(self, name):
@@ -357,6 +357,7 @@ class Drill:
         self.deadline_s = 300 + per_cut * len(cuts)
         help_text = subprocess.run([a.apiserver, "serve", "--help"], capture_output=True, text=True).stderr
         self.etcd_mode = "etcd-servers" in help_text
+        self.shared_slice = "shared-endpointslice" in help_text
         if not self.etcd_mode:
             self.note("the apiserver stand-in has no --etcd-servers: it runs on its shared store, not through etcd "
                       "(the network path is exercised, the etcd quorum is not)")

@@ -64,10 +64,6 @@ func (r *reflector) run() {
 			if listRV != "" {
 				q.Set("resourceVersion", listRV)
 			}
-			if lists > 0 {
-				r.c.log.write(r.kind("relist"), map[string]interface{}{"watch": r.name, "from": listRV})
-			}
-			lists++
 			res := r.c.do(r.kind("list"), "GET", r.path+"?"+q.Encode(), nil, requestTimeout)
 			var l struct {
 				Metadata struct {
@@ -79,6 +75,11 @@ func (r *reflector) run() {
 					return
 				}
 				continue
+			}
+			if lists++; lists > 1 {
+				// a relist: a list answered after the first one (the attempts that failed are
+				// failed requests)
+				r.c.log.write(r.kind("relist"), map[string]interface{}{"watch": r.name, "from": listRV})
 			}
 			rv, listRV = l.Metadata.ResourceVersion, "-"
 		}
