@@ -288,10 +288,12 @@ func (s *server) serveGet(w http.ResponseWriter, r *http.Request, rr resourceReq
 }
 
 // selector: the equality forms of labelSelector (k=v, k==v, k!=v, k) and fieldSelector
-// (metadata.name, metadata.namespace), comma-joined.
+// (metadata.name, metadata.namespace; spec.nodeName on pods), comma-joined.
 type selector struct{ labels, fields []string }
 
-func parseSelector(r *http.Request) selector {
+// parseSelector: a field the resource has no selector for is a 400, as the apiserver answers
+// ("field label not supported: F", k8s.io/apimachinery pkg/runtime/conversion.go).
+func parseSelector(r *http.Request, rr resourceReq) (selector, *status) {
 	q := r.URL.Query()
 	var s selector
 	if v := q.Get("labelSelector"); v != "" {
@@ -299,8 +301,14 @@ func parseSelector(r *http.Request) selector {
 	}
 	if v := q.Get("fieldSelector"); v != "" {
 		s.fields = strings.Split(v, ",")
+		for _, t := range s.fields {
+			k := strings.TrimRight(strings.SplitN(t, "=", 2)[0], "!")
+			if k != "metadata.name" && k != "metadata.namespace" && !(k == "spec.nodeName" && rr.resource == "pods") {
+				return s, statusBadRequest("field label not supported: " + k)
+			}
+		}
 	}
-	return s
+	return s, nil
 }
 
 func matchTerm(term string, get func(string) (string, bool)) bool {
@@ -330,7 +338,7 @@ func (sel selector) matches(o *object) bool {
 				return o.Metadata.Name, true
 			case "metadata.namespace":
 				return o.Metadata.Namespace, true
-			case "spec.nodeName": // the kubelet's pod watch (pkg/kubelet/config/apiserver.go)
+			case "spec.nodeName": // pods only (parseSelector): the kubelet's pod watch (pkg/kubelet/config/apiserver.go)
 				var spec struct {
 					NodeName string `json:"nodeName"`
 				}
@@ -351,7 +359,11 @@ func (s *server) serveList(w http.ResponseWriter, r *http.Request, rr resourceRe
 		writeStatus(w, storeErrorStatus(err))
 		return
 	}
-	sel := parseSelector(r)
+	sel, bad := parseSelector(r, rr)
+	if bad != nil {
+		writeStatus(w, bad)
+		return
+	}
 	items := []object{}
 	for _, kv := range reply.Items {
 		o, err := decodeStored(kv, rr.def)
@@ -561,7 +573,11 @@ func bookmarkObject(d *resourceDef, rv int64) object {
 
 func (s *server) serveWatch(w http.ResponseWriter, r *http.Request, rr resourceReq) {
 	q := r.URL.Query()
-	sel := parseSelector(r)
+	sel, bad := parseSelector(r, rr)
+	if bad != nil {
+		writeStatus(w, bad)
+		return
+	}
 	if rr.name != "" {
 		sel.fields = append(sel.fields, "metadata.name="+rr.name)
 		rr.name = ""

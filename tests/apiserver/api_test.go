@@ -119,6 +119,8 @@ func TestNodesAndPodsByNodeName(t *testing.T) {
 		names = append(names, it.Metadata.Name)
 	}
 	expect(t, "pods on n1", list.Kind+" "+strings.Join(names, ","), "PodList p0,p2")
+	r := do(t, c, "GET", s.url("/api/v1/nodes?fieldSelector=spec.nodeName%3Dn1"), "")
+	expect(t, "spec.nodeName on nodes", fmt.Sprint(r.code, " ", strings.Contains(r.body, "field label not supported: spec.nodeName")), "400 true")
 }
 
 // kubectl create configmap sends protobuf (client-go's clientset default).

@@ -120,7 +120,7 @@ def main():
                 d = rtt.get((src_site, dst_site), 0.0) / 2 if src_site and src_site != dst_site else 0.0
                 when = None
                 if d > 0.0:
-                    when = links[(src_site, dst_site)].schedule(time.monotonic(), len(pkt))
+                    when = None if len(heap) >= MAX_QUEUED else links[(src_site, dst_site)].schedule(time.monotonic(), len(pkt))
                     if when is None:
                         dropped += 1
                         continue

@@ -167,7 +167,7 @@ def write(a, dr, results, t0):
                       f"{m}: {ll} s without a leader, {'?' if ch is None else int(ch)} leader changes seen"
                       + (f", {miss} samples unanswered" if miss else "") for m, (ll, ch, miss) in view.items()), "",
                   "| node | balancer | NotReady s | failed | hung | longest lease-watch gap s | relists | "
-                  "agent watch down s | conns on leaderless at heal | last new conn to leaderless (s after cut) |",
+                  "agent watch not established s | conns on leaderless at heal | last new conn to leaderless (s after cut) |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for n in nodes:
             samples = load(f"{dr.logdir}/{n.name}--sample.jsonl")
@@ -190,7 +190,7 @@ def write(a, dr, results, t0):
                     if sees_quorate:
                         t[0] += fig[m]["nr"]
                         t[3] += fig[m]["nr"] > 0
-                    if b["name"].startswith("kprism") and sees_quorate and fig[m]["nr"] > 0:
+                    if b.get("judged") and sees_quorate and fig[m]["nr"] > 0:
                         failures.append(f"cut {r['id']}: {n.name} NotReady {fig[m]['nr']:.0f} s through {b['name']} "
                                         f"({MODEL_NAMES[m]}) while the quorate side ({', '.join(sorted(quorate))}) "
                                         "was reachable")

@@ -111,6 +111,9 @@ def load_balancers(path, extra):
                 if o["name"] == b["name"] or {o["port"], o["port"] + 100} & {b["port"], b["port"] + 100}:
                     sys.exit(f"drill: {where}: {b['name']} ({b['port']}) clashes with {o['name']} ({o['port']}; "
                              f"each takes its port and port + 100)")
+            if p != path and "judged" in b:
+                sys.exit(f"drill: {where}: `judged` is for the balancers of {os.path.basename(path)} (kprism): "
+                         "the drill asserts only kprism's outcome")
             if "upstream" not in b and "{upstreams}" in " ".join(b["command"]) + b.get("config", ""):
                 sys.exit(f"drill: {where}: {{upstreams}} used but no `upstream` template")
             b.setdefault("upstream", "")
@@ -266,6 +269,7 @@ class Drill:
                     f.write(conf_text)
             p = node.popen(argv, f"{self.logdir}/{node.name}--{b['name']}.log")
             out.append({"name": b["name"], "label": b.get("label", b["name"]), "port": b["port"],
+                        "judged": bool(b.get("judged")),
                         "admin_port": b["port"] + 100, "status": b.get("status"), "workdir": wd, "pid": p.pid})
         spec = {"node": node.name, "logdir": self.logdir, "cert": f"{self.d}/kubelet-{node.name}.crt",
                 "key": f"{self.d}/kubelet-{node.name}.key", "ca": f"{self.d}/ca.crt", "balancers": out,
@@ -282,14 +286,14 @@ class Drill:
         """Every node's kprism logs `msg=listening` within 5 s of its start; one that does not is
         looked at from outside while it hangs (wchan, kernel stack, descriptors, 2 s of strace),
         into the work directory's logs (kept with --keep), and named here."""
-        procs = {n: next(b["pid"] for b in self.node_balancers[n] if b["name"] == "kprism") for n in self.t.nodes}
-        logs = {n: f"{self.logdir}/{n}--kprism.log" for n in procs}
+        procs = {(n, b["name"]): b["pid"] for n in self.t.nodes for b in self.node_balancers[n] if b["judged"]}
+        logs = {k: f"{self.logdir}/{k[0]}--{k[1]}.log" for k in procs}
         started = lambda n: os.path.exists(logs[n]) and "msg=listening" in open(logs[n]).read()
         wait_until(lambda: all(started(n) for n in procs), 5, 0.1)
         for n, pid in procs.items():
             if started(n):
                 continue
-            out = [f"# {n}: kprism pid {pid}, no msg=listening after 5 s", open(logs[n]).read()]
+            out = [f"# {n[0]}: {n[1]} pid {pid}, no msg=listening after 5 s", open(logs[n]).read()]
             for f in ("wchan", "stack", "status", "cmdline"):
                 try:
                     out.append(f"## /proc/{pid}/{f}\n" + open(f"/proc/{pid}/{f}", "rb").read().decode(errors="replace"))
@@ -301,10 +305,10 @@ class Drill:
                     continue
                 r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
                 out.append(f"## {' '.join(argv)}\n{r.stdout}{r.stderr}")
-            with open(f"{self.logdir}/{n}--kprism-hang.txt", "w") as f:
+            with open(f"{self.logdir}/{n[0]}--{n[1]}-hang.txt", "w") as f:
                 f.write("\n".join(out))
-            self.note(f"{n}: kprism (pid {pid}) has not logged msg=listening 5 s after its start: "
-                      f"{self.logdir}/{n}--kprism-hang.txt")
+            self.note(f"{n[0]}: {n[1]} (pid {pid}) has not logged msg=listening 5 s after its start: "
+                      f"{self.logdir}/{n[0]}--{n[1]}-hang.txt")
 
     def heartbeats_missing(self):
         out = []
@@ -420,9 +424,6 @@ def main():
     a.models = {"both": ["h2", "h1"], "h2": ["h2"], "http1": ["h1"]}.get(env.get("DRILL_CLIENTS", "both"))
     if a.models is None:
         sys.exit(f"drill: DRILL_CLIENTS={env['DRILL_CLIENTS']}: both, h2 or http1")
-    if "h2" in a.models and not os.access(a.client, os.X_OK):
-        sys.exit(f"drill: the HTTP/2 client model needs --client (drill-client, `make build/drill-client`); "
-                 f"DRILL_CLIENTS=http1 runs without it")
     a.balancer_conf = load_balancers(a.balancers, env.get("DRILL_BALANCERS_EXTRA", ""))
     if os.geteuid() != 0:
         skip("needs root (network namespaces, iptables)")
@@ -437,6 +438,9 @@ def main():
     for b in (a.kprism, a.apiserver):
         if not os.access(b, os.X_OK):
             skip(f"{b} not built")
+    if "h2" in a.models and not os.access(a.client, os.X_OK):
+        sys.exit("drill: the HTTP/2 client model needs --client (drill-client, `make build/drill-client`); "
+                 "DRILL_CLIENTS=http1 runs without it")
     dr = Drill(a)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, lambda *_: (_ for _ in ()).throw(SystemExit(130)))

@@ -48,6 +48,7 @@ def balancer_files():
         ('[[balancer]]\nname = "mine"\nport = 7460\ncommand = ["x", "{upstreams}"]\n', "no `upstream` template"),
         ('[[balancer]\n', ".toml: "),
         ('x = 1\n', "no [[balancer]] block"),
+        ('[[balancer]]\nname = "mine"\nport = 7460\ncommand = ["x"]\njudged = true\n', "`judged` is for"),
     ]:
         rc, out = load_balancers(text)
         check(f"refused: {says}", (rc, says in out), (1, True))

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // The kubelet's traffic to the apiserver, on its one HTTP/2 connection: registration, the node
-// lease controller, the node status loop, and the watches of its pods, its Node and the node leases.
+// lease controller, the node status loop, the watches of its pods and its Node, and the drill's
+// watch of every node's Lease.
 
 package main
 
 import (
 	"encoding/json"
 	"net/url"
-	"sync"
 	"time"
 )
 
@@ -18,21 +18,26 @@ const (
 	maxUpdateRetries  = 5                // lease controller and nodeStatusUpdateRetry
 	maxEnsureBackoff  = 7 * time.Second  // lease controller maxBackoff
 	statusFrequency   = 10 * time.Second // NodeStatusUpdateFrequency
-	statusReportEvery = 60 * time.Second // see kubelet.statusLoop
+	statusReportEvery = 5 * time.Minute  // NodeStatusReportFrequency
 )
 
 type kubelet struct {
 	c          *client
 	node       string // the Node and its Lease: NODE--BALANCER
 	registered chan struct{}
-	mu         sync.Mutex
-	latest     map[string]interface{} // the lease controller's latestLease
+	latest     map[string]interface{} // the lease controller's latestLease; only leaseLoop uses it
+	nodeCache  *reflector             // the Node reflector: the status loop's first try reads its object
 }
 
+// loops: the lease controller, the status loop, and the reflectors of the kubelet's pods and its
+// Node; the reflector of every node's Lease is the drill's instrument (kubelet has none): each
+// renewal of every node is an event on it, so its gaps show when this connection saw nothing.
 func (k *kubelet) loops() []func() {
+	k.nodeCache = newReflector(k.c, "node", "/api/v1/nodes", url.Values{"fieldSelector": {"metadata.name=" + k.node}}, false)
+	k.nodeCache.keepLast = true
 	return []func(){k.leaseLoop, k.statusLoop,
 		newReflector(k.c, "pods", "/api/v1/pods", url.Values{"fieldSelector": {"spec.nodeName=" + k.node}}, false).run,
-		newReflector(k.c, "node", "/api/v1/nodes", url.Values{"fieldSelector": {"metadata.name=" + k.node}}, false).run,
+		k.nodeCache.run,
 		newReflector(k.c, "leases", "/apis/coordination.k8s.io/v1/namespaces/"+leaseNS+"/leases", nil, true).run,
 	}
 }
@@ -142,11 +147,12 @@ func (k *kubelet) backoffEnsure() (map[string]interface{}, bool) {
 }
 
 // statusLoop: registration (pkg/kubelet/kubelet_node_status.go registerWithAPIServer: POST the
-// Node, retried with a backoff of 100 ms doubling to 7 s), then every NodeStatusUpdateFrequency
-// updateNodeStatus: up to 5 tries of a GET of the Node (the first from the apiserver's cache,
-// resourceVersion=0) and, when due, a write of its status; from the second failed try on,
-// closeAllConns. The kubelet writes the status when it changed or every NodeStatusReportFrequency
-// (5 m); nothing changes here, so it is written every 60 s, for a cut to see some.
+// Node, retried with a backoff of 100 ms doubling to 7 s), then syncNodeStatus every
+// NodeStatusUpdateFrequency with 4 % jitter: updateNodeStatus, up to 5 tries of
+// tryUpdateNodeStatus. Its first try reads the Node from the informer's cache (no request), a
+// later one GETs it; the status is written only when it changed or NodeStatusReportFrequency (5 m)
+// went by, nothing changes here, so a write every 5 m. From the second failed try on,
+// closeAllConns. (kubelet PATCHes nodes/NAME/status; the stand-in has no PATCH, so a PUT.)
 func (k *kubelet) statusLoop() {
 	wait := 100 * time.Millisecond
 	for {
@@ -163,21 +169,23 @@ func (k *kubelet) statusLoop() {
 		}
 	}
 	close(k.registered)
-	lastReport := time.Time{}
-	for sleep(k.c.ctx, statusFrequency) {
+	lastReport := time.Now()
+	for sleep(k.c.ctx, jitter(statusFrequency, 0.04)) {
 		for i := 0; i < maxUpdateRetries && k.c.ctx.Err() == nil; i++ {
-			path := "/api/v1/nodes/" + k.node
+			var node map[string]interface{}
 			if i == 0 {
-				path += "?resourceVersion=0"
+				node = k.nodeCache.last()
+			} else {
+				r := k.c.do("node-get", "GET", "/api/v1/nodes/"+k.node, nil, requestTimeout)
+				if r.err == nil && r.code == 200 {
+					json.Unmarshal(r.body, &node)
+				}
 			}
-			r := k.c.do("node-get", "GET", path, nil, requestTimeout)
-			ok := r.err == nil && r.code == 200
+			ok := node != nil
 			if ok && time.Since(lastReport) >= statusReportEvery {
-				var node map[string]interface{}
-				json.Unmarshal(r.body, &node)
 				node["status"] = map[string]interface{}{"conditions": []interface{}{map[string]interface{}{
 					"type": "Ready", "status": "True", "lastHeartbeatTime": microtime()}}}
-				r = k.c.do("node-status", "PUT", "/api/v1/nodes/"+k.node, node, requestTimeout)
+				r := k.c.do("node-status", "PUT", "/api/v1/nodes/"+k.node, node, requestTimeout)
 				ok = r.err == nil && r.code == 200
 				if ok {
 					lastReport = time.Now()

@@ -25,11 +25,11 @@ import (
 )
 
 type spec struct {
-	Node      string `json:"node"`
-	Logdir    string `json:"logdir"`
-	Cert      string `json:"cert"`
-	Key       string `json:"key"`
-	CA        string `json:"ca"`
+	Node      string  `json:"node"`
+	Logdir    string  `json:"logdir"`
+	Cert      string  `json:"cert"`
+	Key       string  `json:"key"`
+	CA        string  `json:"ca"`
 	DeadlineS float64 `json:"deadline_s"`
 	Balancers []struct {
 		Name string `json:"name"`
@@ -71,14 +71,55 @@ type client struct {
 const requestTimeout = 10 * time.Second
 
 type result struct {
-	code int
-	body []byte
-	err  error
+	code  int
+	body  []byte
+	proto string
+	err   error
 }
 
 // do sends one request and logs it as kind: ok for a 2xx, failed otherwise, hung when no answer
-// came within the timeout (timeout 0: none, for watches, which log themselves).
+// came within 10 s. timeout bounds each attempt (0: none, as client-go's main client has). A GET
+// that fails with a reset, a probable EOF or a lost HTTP/2 connection is sent again after 1 s, up
+// to 10 times, as client-go's rest.Request does (rest/request.go isErrRetryableFunc, with_retry.go);
+// the log has one line for the request, with the retries it took.
 func (c *client) do(kind, method, path string, body interface{}, timeout time.Duration) result {
+	var raw []byte
+	if body != nil {
+		raw, _ = json.Marshal(body)
+	}
+	t0 := time.Now()
+	retries := 0
+	for {
+		res, err := c.once(method, path, raw, timeout)
+		if c.ctx.Err() != nil {
+			return result{err: c.ctx.Err()}
+		}
+		if err != nil && method == "GET" && retries < 10 && (isProbableEOF(err) || isConnectionReset(err) || isHTTP2ConnectionLost(err)) {
+			retries++
+			if !sleep(c.ctx, time.Second) {
+				return result{err: c.ctx.Err()}
+			}
+			continue
+		}
+		ms := time.Since(t0).Milliseconds()
+		if err != nil {
+			hung := errors.Is(err, context.DeadlineExceeded) || ms >= requestTimeout.Milliseconds()-50
+			c.log.write(kind, map[string]interface{}{"ok": false, "hung": hung, "err": trim(err.Error()), "ms": ms, "retries": retries})
+			return result{err: err}
+		}
+		// a missing Lease is the lease controller's cue to create it, not a failure
+		ok := res.code >= 200 && res.code < 300 || res.code == 404 && kind == "heartbeat-get"
+		kv := map[string]interface{}{"ok": ok, "code": res.code, "ms": ms, "proto": res.proto, "retries": retries}
+		if !ok {
+			kv["err"] = trim(string(res.body))
+		}
+		c.log.write(kind, kv)
+		return res
+	}
+}
+
+// once is one HTTP attempt.
+func (c *client) once(method, path string, raw []byte, timeout time.Duration) (result, error) {
 	ctx := c.ctx
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -86,40 +127,25 @@ func (c *client) do(kind, method, path string, body interface{}, timeout time.Du
 		defer cancel()
 	}
 	var rd io.Reader
-	if body != nil {
-		b, _ := json.Marshal(body)
-		rd = bytes.NewReader(b)
+	if raw != nil {
+		rd = bytes.NewReader(raw)
 	}
-	t0 := time.Now()
 	req, _ := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", "drill-"+c.who+" (client-go model)")
-	if body != nil {
+	if raw != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
-	var data []byte
-	if err == nil {
-		data, err = io.ReadAll(resp.Body)
-		resp.Body.Close()
-	}
-	ms := time.Since(t0).Milliseconds()
-	if c.ctx.Err() != nil {
-		return result{err: c.ctx.Err()}
-	}
 	if err != nil {
-		hung := errors.Is(err, context.DeadlineExceeded) || ms >= requestTimeout.Milliseconds()-50
-		c.log.write(kind, map[string]interface{}{"ok": false, "hung": hung, "err": trim(err.Error()), "ms": ms})
-		return result{err: err}
+		return result{}, err
 	}
-	// a missing Lease is the lease controller's cue to create it, not a failure
-	ok := resp.StatusCode >= 200 && resp.StatusCode < 300 || resp.StatusCode == 404 && kind == "heartbeat-get"
-	kv := map[string]interface{}{"ok": ok, "code": resp.StatusCode, "ms": ms, "proto": resp.Proto}
-	if !ok {
-		kv["err"] = trim(string(data))
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return result{}, err
 	}
-	c.log.write(kind, kv)
-	return result{code: resp.StatusCode, body: data}
+	return result{code: resp.StatusCode, body: data, proto: resp.Proto}, nil
 }
 
 func trim(s string) string {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -21,8 +22,11 @@ type reflector struct {
 	name, path string
 	query      url.Values
 	logEvents  bool // log "watch-event" (at most one per 0.5 s) for the watch-gap figure
+	keepLast   bool // keep the last object seen (the Node: the status loop's informer cache)
 	backoff    time.Duration
 	lastBackon time.Time
+	mu         sync.Mutex
+	lastObj    map[string]interface{}
 }
 
 func newReflector(c *client, name, path string, q url.Values, logEvents bool) *reflector {
@@ -30,6 +34,22 @@ func newReflector(c *client, name, path string, q url.Values, logEvents bool) *r
 		q = url.Values{}
 	}
 	return &reflector{c: c, name: name, path: path, query: q, logEvents: logEvents}
+}
+
+// last is a copy of the last object this reflector saw (keepLast), nil if none.
+func (r *reflector) last() map[string]interface{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastObj == nil {
+		return nil
+	}
+	return copyObject(r.lastObj)
+}
+
+func (r *reflector) keep(obj map[string]interface{}) {
+	r.mu.Lock()
+	r.lastObj = obj
+	r.mu.Unlock()
 }
 
 // wait is the reflector's backoff manager, NewExponentialBackoffManager(800 ms, 30 s, 2 m, 2.0,
@@ -51,8 +71,10 @@ func (r *reflector) kind(k string) string {
 	return k
 }
 
-// run: the first list asks for resourceVersion=0 (the watch cache); a later one for the last
-// synced resourceVersion, or "" (a quorum read from etcd) after a 410 (relistResourceVersion).
+// run: the first list asks for resourceVersion=0 (kube-apiserver answers it from its watch cache);
+// a later one for the last synced resourceVersion (relistResourceVersion), or "" (a quorum read
+// from etcd) right after a list answered 410. A list has no timeout (kubelet's main client has
+// none); it ends when the server answers or the connection does.
 func (r *reflector) run() {
 	rv, listRV, lists := "", "0", 0
 	for r.c.ctx.Err() == nil {
@@ -64,11 +86,16 @@ func (r *reflector) run() {
 			if listRV != "" {
 				q.Set("resourceVersion", listRV)
 			}
-			res := r.c.do(r.kind("list"), "GET", r.path+"?"+q.Encode(), nil, requestTimeout)
+			res := r.c.do(r.kind("list"), "GET", r.path+"?"+q.Encode(), nil, 0)
+			if res.err == nil && res.code == 410 && listRV != "" {
+				listRV = "" // isLastSyncResourceVersionUnavailable: list again from etcd, at once
+				continue
+			}
 			var l struct {
 				Metadata struct {
 					ResourceVersion string `json:"resourceVersion"`
 				} `json:"metadata"`
+				Items []map[string]interface{} `json:"items"`
 			}
 			if res.err != nil || res.code != 200 || json.Unmarshal(res.body, &l) != nil || l.Metadata.ResourceVersion == "" {
 				if !r.wait() {
@@ -81,35 +108,65 @@ func (r *reflector) run() {
 				// failed requests)
 				r.c.log.write(r.kind("relist"), map[string]interface{}{"watch": r.name, "from": listRV})
 			}
+			if r.keepLast {
+				if len(l.Items) > 0 {
+					r.keep(l.Items[0])
+				} else {
+					r.keep(nil)
+				}
+			}
 			rv, listRV = l.Metadata.ResourceVersion, "-"
 		}
-		next, err := r.watch(&rv)
-		switch next {
+		switch r.watch(&rv) {
 		case "rewatch":
 		case "backoff-rewatch":
 			if !r.wait() {
 				return
 			}
 		case "relist":
+			// a watch that ended with an error, a 410 among them: ListAndWatch returns, the
+			// backoff, then a list from the last synced resourceVersion
 			listRV = rv
 			if !r.wait() {
 				return
 			}
-		case "expired":
-			listRV = ""
-			if !r.wait() {
-				return
-			}
 		}
-		_ = err
 	}
 }
 
+// start sends the watch request as client-go's Request.Watch does: an error that is a probable
+// EOF or a timeout is tried again after 1 s, up to 10 times, then taken for an empty watch (which
+// the reflector sees as a very short one); so is an answer with Retry-After (429, 5xx).
+func (r *reflector) start(u string) (*http.Response, error) {
+	for retries := 0; ; retries++ {
+		req, _ := http.NewRequestWithContext(r.c.ctx, "GET", u, nil)
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("User-Agent", "drill-"+r.c.who+" (client-go model)")
+		resp, err := r.c.hc.Do(req)
+		retryable := err != nil && (isProbableEOF(err) || isTimeout(err))
+		if err == nil && resp.StatusCode != 200 && resp.Header.Get("Retry-After") != "" {
+			resp.Body.Close()
+			retryable, err = true, fmt.Errorf("watch answered %d with Retry-After", resp.StatusCode)
+		}
+		if !retryable || r.c.ctx.Err() != nil {
+			return resp, err
+		}
+		if retries == 9 {
+			return nil, errEmptyWatch{err}
+		}
+		if !sleep(r.c.ctx, time.Second) {
+			return nil, r.c.ctx.Err()
+		}
+	}
+}
+
+type errEmptyWatch struct{ error }
+
 // watch runs one watch from *rv and says what the reflector does next: "rewatch" (at once),
 // "backoff-rewatch" (connection refused or 429), "relist" (after a backoff, from *rv: any other
-// error, or a watch that ended in under a second with no event, client-go's "very short watch"),
-// "expired" (a 410: list again from etcd).
-func (r *reflector) watch(rv *string) (string, error) {
+// error, a 410, or a watch that ended in under a second with no event, client-go's "very short
+// watch").
+func (r *reflector) watch(rv *string) string {
 	q := url.Values{}
 	for k, v := range r.query {
 		q[k] = v
@@ -119,30 +176,29 @@ func (r *reflector) watch(rv *string) (string, error) {
 	q.Set("allowWatchBookmarks", "true")
 	// minWatchTimeout 5 m, times 1 to 2 at random
 	q.Set("timeoutSeconds", strconv.Itoa(int((300 + rand.Float64()*300))))
-	req, _ := http.NewRequestWithContext(r.c.ctx, "GET", r.c.base+r.path+"?"+q.Encode(), nil)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "drill-"+r.c.who+" (client-go model)")
 	t0 := time.Now()
-	resp, err := r.c.hc.Do(req)
+	resp, err := r.start(r.c.base + r.path + "?" + q.Encode())
 	if r.c.ctx.Err() != nil {
-		return "stop", nil
+		return "stop"
 	}
+	ms := time.Since(t0).Milliseconds()
 	if err != nil {
 		r.c.log.write(r.kind("watch-start"), map[string]interface{}{"ok": false, "watch": r.name, "err": trim(err.Error()),
-			"ms": time.Since(t0).Milliseconds()})
-		if isConnectionRefused(err) {
-			return "backoff-rewatch", err
+			"ms": ms, "hung": ms >= requestTimeout.Milliseconds()})
+		var empty errEmptyWatch
+		if isConnectionRefused(err) && !errors.As(err, &empty) {
+			return "backoff-rewatch"
 		}
-		return "relist", err
+		return "relist"
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		r.c.log.write(r.kind("watch-start"), map[string]interface{}{"ok": false, "watch": r.name, "code": resp.StatusCode,
-			"ms": time.Since(t0).Milliseconds()})
+			"ms": ms})
 		if resp.StatusCode == 429 {
-			return "backoff-rewatch", nil
+			return "backoff-rewatch"
 		}
-		return "relist", fmt.Errorf("watch answered %d", resp.StatusCode)
+		return "relist"
 	}
 	r.c.log.write(r.kind("watch-start"), map[string]interface{}{"ok": true, "watch": r.name, "rv": *rv, "proto": resp.Proto})
 	sc := bufio.NewScanner(resp.Body)
@@ -151,29 +207,36 @@ func (r *reflector) watch(rv *string) (string, error) {
 	next := "rewatch"
 	for sc.Scan() {
 		var ev struct {
-			Type   string `json:"type"`
-			Object struct {
-				Code     int `json:"code"`
-				Metadata struct {
-					ResourceVersion string `json:"resourceVersion"`
-				} `json:"metadata"`
-			} `json:"object"`
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+		var meta struct {
+			Code     int `json:"code"`
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if json.Unmarshal(sc.Bytes(), &ev) != nil || json.Unmarshal(ev.Object, &meta) != nil {
 			next = "relist"
 			break
 		}
 		if ev.Type == "ERROR" {
-			if ev.Object.Code == 410 {
+			if meta.Code == 410 {
 				r.c.log.write(r.kind("watch-expired"), map[string]interface{}{"watch": r.name, "code": 410})
-				next = "expired"
-			} else {
-				next = "relist"
 			}
+			next = "relist"
 			break
 		}
 		events++
-		*rv = ev.Object.Metadata.ResourceVersion
+		*rv = meta.Metadata.ResourceVersion
+		if r.keepLast && (ev.Type == "ADDED" || ev.Type == "MODIFIED") {
+			var obj map[string]interface{}
+			if json.Unmarshal(ev.Object, &obj) == nil {
+				r.keep(obj)
+			}
+		} else if r.keepLast && ev.Type == "DELETED" {
+			r.keep(nil)
+		}
 		if r.logEvents && ev.Type != "BOOKMARK" && time.Since(lastLogged) >= 500*time.Millisecond {
 			lastLogged = time.Now()
 			r.c.log.write(r.kind("watch-event"), map[string]interface{}{"rv": *rv})
@@ -181,9 +244,11 @@ func (r *reflector) watch(rv *string) (string, error) {
 	}
 	err = sc.Err()
 	if r.c.ctx.Err() != nil {
-		return "stop", nil
+		return "stop"
 	}
-	if err != nil && !isProbableEOF(err) && next == "rewatch" {
+	// streamwatcher.go: a probable EOF or a timeout ends the watch quietly; anything else is an
+	// error event
+	if err != nil && !isProbableEOF(err) && !isTimeout(err) && next == "rewatch" {
 		next = "relist"
 	}
 	if next == "rewatch" && time.Since(t0) < time.Second && events == 0 {
@@ -194,5 +259,5 @@ func (r *reflector) watch(rv *string) (string, error) {
 		kv["err"] = trim(err.Error())
 	}
 	r.c.log.write(r.kind("watch-end"), kv)
-	return next, err
+	return next
 }

@@ -136,6 +136,23 @@ func isProbableEOF(err error) bool {
 	return false
 }
 
+// isConnectionReset is apimachinery's IsConnectionReset: ECONNRESET.
+func isConnectionReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET)
+}
+
+// isHTTP2ConnectionLost is apimachinery's IsHTTP2ConnectionLost: the HTTP/2 health check closed
+// the connection ("http2: client connection lost").
+func isHTTP2ConnectionLost(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "http2: client connection lost")
+}
+
+// isTimeout is apimachinery's IsTimeout: a net.Error that timed out.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 // isConnectionRefused: the reflector retries a watch that could not connect after its backoff,
 // without a list (client-go tools/cache/reflector.go, isWatchErrorRetriable).
 func isConnectionRefused(err error) bool {
