@@ -39,7 +39,7 @@ $(BUILD)/drill-client: $(wildcard tests/drill/client/*.go)
 	cd tests/drill/client && $(DRILL_CLIENT_ENV) $(GO) vet . && $(DRILL_CLIENT_ENV) $(GO) build -o $(abspath $@) .
 
 .PHONY: drill
-drill: $(BUILD)/kprism $(BUILD)/drill-client $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy, nginx and any DRILL_BALANCERS_EXTRA; HTTP/2 and HTTP/1.1 clients (root; full about 30 min, DRILL_QUICK=1 about 3 min)
+drill: $(BUILD)/kprism $(BUILD)/drill-client $(if $(DRILL_APISERVER),,$(BUILD)/kprism-apiserver) ## datacenter-loss drill: 3 sites in netns, real etcd, kprism beside HAProxy, nginx and any DRILL_BALANCERS_EXTRA; HTTP/2 and HTTP/1.1 clients (root; full about 21 min, DRILL_QUICK=1 about 2 min)
 	DRILL_AB_MS=$(DRILL_AB_MS) $(if $(DRILL_CUT_SECONDS),DRILL_CUT_SECONDS=$(DRILL_CUT_SECONDS)) \
 		DRILL_CLIENTS=$(DRILL_CLIENTS) DRILL_LINK_MBIT=$(DRILL_LINK_MBIT) DRILL_JITTER_MS=$(DRILL_JITTER_MS) \
 		$(if $(DRILL_BALANCERS_EXTRA),DRILL_BALANCERS_EXTRA=$(abspath $(DRILL_BALANCERS_EXTRA))) \
