@@ -27,6 +27,7 @@ type kubelet struct {
 	registered chan struct{}
 	latest     map[string]interface{} // the lease controller's latestLease; only leaseLoop uses it
 	nodeCache  *reflector             // the Node reflector: the status loop's first try reads its object
+	leaseWatch bool                   // run the drill's watch of every node's Lease
 }
 
 // loops: the lease controller, the status loop, and the reflectors of the kubelet's pods and its
@@ -35,11 +36,14 @@ type kubelet struct {
 func (k *kubelet) loops() []func() {
 	k.nodeCache = newReflector(k.c, "node", "/api/v1/nodes", url.Values{"fieldSelector": {"metadata.name=" + k.node}}, false)
 	k.nodeCache.keepLast = true
-	return []func(){k.leaseLoop, k.statusLoop,
+	loops := []func(){k.leaseLoop, k.statusLoop,
 		newReflector(k.c, "pods", "/api/v1/pods", url.Values{"fieldSelector": {"spec.nodeName=" + k.node}}, false).run,
 		k.nodeCache.run,
-		newReflector(k.c, "leases", "/apis/coordination.k8s.io/v1/namespaces/"+leaseNS+"/leases", nil, true).run,
 	}
+	if k.leaseWatch {
+		loops = append(loops, newReflector(k.c, "leases", "/apis/coordination.k8s.io/v1/namespaces/"+leaseNS+"/leases", nil, true).run)
+	}
+	return loops
 }
 
 func microtime() string { return time.Now().UTC().Format("2006-01-02T15:04:05.000000Z07:00") }

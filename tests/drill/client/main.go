@@ -3,7 +3,9 @@
 // on a node, each on its own HTTP/2 connection (tests/drill/README.md, "Clients").
 //
 // usage: drill-client SPEC.json   (the spec run.py writes for kubelet.py: node, logdir, cert, key,
-// ca, balancers [{name, port}], deadline_s). Events go to LOGDIR/NODE--BALANCER.h2.jsonl, one JSON
+// ca, balancers [{name, port}], deadline_s; or, for many nodes from one process, clients
+// [{node, name, host, port, cert, key}] instead of node, cert, key and balancers, and
+// no_lease_watch). Events go to LOGDIR/NODE--BALANCER.h2.jsonl, one JSON
 // object a line, in kubelet.py's format ({"t", "k", "ok", "code", "ms", "hung", "err"}), so that
 // report.py reads both client models alike. Runs until SIGTERM or its deadline.
 package main
@@ -16,9 +18,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -35,6 +39,33 @@ type spec struct {
 		Name string `json:"name"`
 		Port int    `json:"port"`
 	} `json:"balancers"`
+	// Clients, when set, replaces Node, Cert, Key and Balancers: one kubelet and agent pair each,
+	// with its own certificate and balancer address (a fleet of nodes driven by one process).
+	Clients []clientSpec `json:"clients"`
+	// NoLeaseWatch leaves out the drill's watch of every node's Lease (kubelet has none; across a
+	// fleet it costs each client an event per renewal of every node).
+	NoLeaseWatch bool `json:"no_lease_watch"`
+}
+
+type clientSpec struct {
+	Node string `json:"node"` // the Node and Lease are NODE--NAME; the log NODE--NAME.h2.jsonl
+	Name string `json:"name"`
+	Host string `json:"host"`
+	Port int    `json:"port"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
+// clients: the pairs to run, from Clients or from Node and Balancers (on 127.0.0.1).
+func (s *spec) clients() []clientSpec {
+	if len(s.Clients) > 0 {
+		return s.Clients
+	}
+	var out []clientSpec
+	for _, b := range s.Balancers {
+		out = append(out, clientSpec{Node: s.Node, Name: b.Name, Host: "127.0.0.1", Port: b.Port, Cert: s.Cert, Key: s.Key})
+	}
+	return out
 }
 
 // eventLog writes one JSON object a line; shared by the kubelet and the agent of one balancer.
@@ -107,8 +138,10 @@ func (c *client) do(kind, method, path string, body interface{}, timeout time.Du
 			c.log.write(kind, map[string]interface{}{"ok": false, "hung": hung, "err": trim(err.Error()), "ms": ms, "retries": retries})
 			return result{err: err}
 		}
-		// a missing Lease is the lease controller's cue to create it, not a failure
-		ok := res.code >= 200 && res.code < 300 || res.code == 404 && kind == "heartbeat-get"
+		// a missing Lease is the lease controller's cue to create it, and a Node that exists the
+		// registration's answer to a restart: neither is a failure
+		ok := res.code >= 200 && res.code < 300 || res.code == 404 && kind == "heartbeat-get" ||
+			res.code == 409 && kind == "node-register"
 		kv := map[string]interface{}{"ok": ok, "code": res.code, "ms": ms, "proto": res.proto, "retries": retries}
 		if !ok {
 			kv["err"] = trim(string(res.body))
@@ -172,12 +205,12 @@ func jitter(d time.Duration, factor float64) time.Duration {
 	return d + time.Duration(rand.Float64()*factor*float64(d))
 }
 
-func newClient(ctx context.Context, s *spec, who string, port int, log *eventLog) (*client, error) {
-	rt, d, err := newTransport(s.Cert, s.Key, s.CA)
+func newClient(ctx context.Context, cs clientSpec, ca, who string, log *eventLog) (*client, error) {
+	rt, d, err := newTransport(cs.Cert, cs.Key, ca)
 	if err != nil {
 		return nil, err
 	}
-	return &client{who: who, base: fmt.Sprintf("https://127.0.0.1:%d", port), hc: &http.Client{Transport: rt},
+	return &client{who: who, base: "https://" + net.JoinHostPort(cs.Host, strconv.Itoa(cs.Port)), hc: &http.Client{Transport: rt},
 		dialer: d, log: log, ctx: ctx}, nil
 }
 
@@ -202,25 +235,25 @@ func main() {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	go func() { <-sig; cancel() }()
 	var wg sync.WaitGroup
-	for _, b := range s.Balancers {
-		f, err := os.OpenFile(fmt.Sprintf("%s/%s--%s.h2.jsonl", s.Logdir, s.Node, b.Name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	for _, cs := range s.clients() {
+		f, err := os.OpenFile(fmt.Sprintf("%s/%s--%s.h2.jsonl", s.Logdir, cs.Node, cs.Name), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "drill-client:", err)
 			os.Exit(2)
 		}
 		log := &eventLog{f: f}
-		name := s.Node + "--" + b.Name
-		kc, err := newClient(ctx, &s, "kubelet", b.Port, log)
+		name := cs.Node + "--" + cs.Name
+		kc, err := newClient(ctx, cs, s.CA, "kubelet", log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "drill-client:", err)
 			os.Exit(2)
 		}
-		ac, err := newClient(ctx, &s, "agent", b.Port, log)
+		ac, err := newClient(ctx, cs, s.CA, "agent", log)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "drill-client:", err)
 			os.Exit(2)
 		}
-		k := &kubelet{c: kc, node: name, registered: make(chan struct{})}
+		k := &kubelet{c: kc, node: name, registered: make(chan struct{}), leaseWatch: !s.NoLeaseWatch}
 		for _, run := range k.loops() {
 			wg.Add(1)
 			go func(f func()) { defer wg.Done(); f() }(run)
