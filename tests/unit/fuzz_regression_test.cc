@@ -104,6 +104,21 @@ TEST(FuzzRegression, RenderedFileNameLoadsAgain) {
     EXPECT_NE(render_config(c).find("(file /etc/k\xc3\xa9\tp.toml)"), std::string::npos) << render_config(c);
 }
 
+// config_fuzz (the harness, crash input `reload\0`): `kprism reload` with no configuration loads
+// (it reads health.* only, to reach the running daemon) with no endpoints, as `kprism status` does;
+// the harness had held it to the rules of a configuration that runs.
+TEST(FuzzRegression, ReloadCommandNeedsNoEndpoints) {
+    for (const char* command : {"reload", "status"}) {
+        const char* argv[] = {"kprism", command, nullptr};
+        CommandLine cl;
+        std::vector<std::string> errors;
+        ASSERT_TRUE(parse_command_line(2, argv, cl, errors)) << joined(errors);
+        Config c;
+        ASSERT_TRUE(load_config(cl, c, errors)) << command << ": " << joined(errors);
+        EXPECT_TRUE(c.endpoints.empty()) << command;
+    }
+}
+
 // Throwaway test material (generated for these tests, protects nothing): a client certificate, its
 // EC P-256 key in clear and encrypted (PKCS#8, pass phrase "throwaway"), and the CA that signed it.
 const char* const kThrowawayCert =
